@@ -89,6 +89,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       v.optNum('ARKVORY_MAX_CONNECTIONS'),
     ),
     uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
+    consoleIdleTimeoutMs: v.num('ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS') * 1000,
     auditRetentionDays: v.num('ARKVORY_AUDIT_RETENTION_DAYS'),
     usageStats: {
       enabled: v.values.get('ARKVORY_USAGE_STATS') as boolean,

@@ -55,6 +55,8 @@ export interface Config {
   /** ARKVORY_WORKERS: the processes serving this instance's port (proxy/workers/). */
   readonly workers: number;
   readonly uploadSessionTtlSeconds: number;
+  /** ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS: a console session without an operator's action this long ends. */
+  readonly consoleIdleTimeoutMs: number;
   /** Audit trail events older than this many days are pruned by the writer (proxy/audit/). */
   readonly auditRetentionDays: number;
   /** Usage statistics (proxy/stats/): counted in memory, flushed every `flushMs`. */

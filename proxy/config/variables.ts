@@ -237,6 +237,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.',
   },
   {
+    name: 'ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 1, max: 28800 },
+    defaultValue: '1800',
+    doc: 'Writer only: a console session ends after this long without an operator action (a change, a read the operator asked for, a page load); the page polling its views does not count (docs/console.md). Sessions end after 8 hours whatever this says.',
+  },
+  {
     name: 'ARKVORY_AUDIT_RETENTION_DAYS',
     kind: { type: 'int', min: 1, max: 36500 },
     defaultValue: '365',

@@ -41,7 +41,8 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 export interface ConsoleModule {
   /**
    * The credentials the auth gate checks: for `/console/api/…` the key of the request's session
-   * (no session → 401, a state change without its CSRF token → 403), else the Authorization header.
+   * (no session → 401, a state change without its CSRF token → 403; a request with the token counts
+   * as an operator's action), else the Authorization header.
    */
   credentials(ctx: RequestContext): string | IssuedCredentials | undefined | Promise<IssuedCredentials>;
   /** The routes; the rule registry exists only once rate limiting is open. No side effect. */
@@ -59,7 +60,7 @@ export function createConsole(
   // The instance's sessions: a worker's are the coordinating process's, over its link.
   const sessions = services.instance
     ? remoteSessionStore(services.instance.link)
-    : localSessionStore(new ConsoleSessions(consoleSessionOptions(clock)));
+    : localSessionStore(new ConsoleSessions(consoleSessionOptions(clock, config.consoleIdleTimeoutMs)));
   const sessionOf = new WeakMap<RequestContext, ConsoleSession>();
   const samples = new RateSamples(SAMPLE_SECONDS);
   const sample = () => {
@@ -79,8 +80,14 @@ export function createConsole(
       throw new PolicyError('unauthorized', 'No console session (signed out or expired); sign in with an admin key.', {
         headers: { 'www-authenticate': 'Bearer realm="arkvory"' },
       });
-    if (!SAFE_METHODS.has(ctx.req.method ?? 'GET') && !csrfMatches(session, ctx.req.headers[CSRF_HEADER]))
+    const withToken = csrfMatches(session, ctx.req.headers[CSRF_HEADER]);
+    if (!SAFE_METHODS.has(ctx.req.method ?? 'GET') && !withToken)
       throw new PolicyError('forbidden', 'A console change needs the X-CSRF-Token header of its session.');
+    // An operator's action restarts the idle clock, a poll does not: the page sends the token only on
+    // changes and on reads an operator asked for, never on its timers. A request without it (or with
+    // a wrong one) reads but keeps nothing alive, so neither a forgotten timer nor a copy of the
+    // cookie alone holds a session open past its idle bound.
+    if (withToken) await sessions.touch(session.id);
     sessionOf.set(ctx, session);
     return { authorization: session.authorization, principalDisabledAtMs: session.principalDisabledAtMs };
   };

@@ -61,6 +61,8 @@ export function sessionRoutes(deps: {
           const principal = await deps.authenticate(session.authorization);
           // Disabled (and enabled again) since it was opened: the session stays void (docs/auth.md).
           if (disabledSince(session, principal.disabledAtMs)) throw new PolicyError('unauthorized');
+          // A page load is an operator's: it restarts the idle clock (the page's polls do not).
+          await sessions.touch(session.id);
         } catch (err) {
           if ((err as { code?: unknown }).code !== 'unauthorized') throw err;
           await sessions.delete(session.id);

@@ -18,18 +18,39 @@ function sessions(clock: ManualClock, maxSessions = 10) {
 const admin = { id: 'p1', name: 'admin' };
 
 describe('ConsoleSessions', () => {
-  it('finds a session by id until it idles out', () => {
+  it('finds a session by id until it idles out, each action restarting the idle clock', () => {
     const clock = new ManualClock();
     const s = sessions(clock);
     const created = s.create(admin, 'Bearer ark_x');
     expect(s.get(created.id)?.principalName).toBe('admin');
     clock.advance(9_999);
+    s.touch(created.id);
     expect(s.get(created.id)).toBeDefined();
     clock.advance(9_999);
     expect(s.get(created.id)).toBeDefined();
-    clock.advance(10_000);
+    clock.advance(1);
     expect(s.get(created.id)).toBeUndefined();
     expect(s.size).toBe(0);
+  });
+
+  it('lets a session that is only looked up (the page polling) idle out: a lookup is not a use', () => {
+    const clock = new ManualClock();
+    const s = sessions(clock);
+    const polled = s.create(admin, 'Bearer ark_x');
+    const acted = s.create(admin, 'Bearer ark_y');
+    // Both are polled every second; only one also sees an operator's action every 5 s.
+    for (let ms = 1_000; ms < 10_000; ms += 1_000) {
+      clock.advance(1_000);
+      expect(s.get(polled.id)).toBeDefined();
+      expect(s.get(acted.id)).toBeDefined();
+      if (ms % 5_000 === 0) s.touch(acted.id);
+    }
+    clock.advance(1_000);
+    expect(s.get(polled.id)).toBeUndefined();
+    expect(s.get(acted.id)).toBeDefined();
+    // An ended session stays ended: a late action does not bring it back.
+    s.touch(polled.id);
+    expect(s.get(polled.id)).toBeUndefined();
   });
 
   it('ends a session at its absolute lifetime even while in use', () => {
@@ -39,6 +60,7 @@ describe('ConsoleSessions', () => {
     expect(created.expiresInSeconds).toBe(60);
     for (let i = 0; i < 5; i++) {
       clock.advance(9_000);
+      s.touch(created.id);
       expect(s.get(created.id)).toBeDefined();
     }
     expect(s.get(created.id)?.expiresInSeconds).toBe(15);
@@ -51,7 +73,8 @@ describe('ConsoleSessions', () => {
     const s = sessions(clock, 2);
     const a = s.create(admin, 'a');
     const b = s.create(admin, 'b');
-    s.get(a.id);
+    s.get(b.id); // a lookup leaves the order alone: b is still the most recently used
+    s.touch(a.id);
     const c = s.create(admin, 'c');
     expect(s.get(b.id)).toBeUndefined();
     expect(s.get(a.id)).toBeDefined();

@@ -7,6 +7,12 @@
  * `X-CSRF-Token` on every state change. The key is kept so every console request is authenticated
  * again with it: revoking or disabling the key ends the session within the authenticator's 2 s
  * revocation bound. Time comes from the injected clock of the process that holds the table.
+ *
+ * Only an operator's own actions restart the idle clock (`touch`); a lookup never does. The page polls
+ * its views on timers, and a poll that counted as use kept an unattended console signed in for the
+ * whole absolute lifetime. What counts is decided by the console (console-module.ts): a request that
+ * carries the session's CSRF token, which the page sends only on changes and on reads an operator
+ * asked for, and a page load's resume.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../../policy/clock.ts';
@@ -20,7 +26,10 @@ export const SESSION_COOKIE = 'arkvory_console';
 export const SECURE_SESSION_COOKIE = `__Host-${SESSION_COOKIE}`;
 export const CSRF_HEADER = 'x-csrf-token';
 
-/** Sessions last at most 8 hours and end after 30 minutes without a request. */
+/**
+ * Sessions last at most 8 hours and end after 30 minutes without an operator's action by default
+ * (ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS).
+ */
 export const SESSION_TTL_MS = 8 * 3600_000;
 export const SESSION_IDLE_MS = 30 * 60_000;
 /** The instance keeps at most this many; beyond, the least recently used one is dropped. */
@@ -70,8 +79,10 @@ export function disabledSince(
  */
 export interface SessionStore {
   create(principal: SessionPrincipal, authorization: string): Promise<ConsoleSession>;
-  /** The live session with this id (and marks it used), or undefined. */
+  /** The live session with this id, or undefined. Never counts as use: a poll looks up too. */
   get(id: string | undefined): Promise<ConsoleSession | undefined>;
+  /** Restarts the idle clock of a live session (an operator's action); an ended one stays ended. */
+  touch(id: string): Promise<void>;
   delete(id: string): Promise<void>;
 }
 
@@ -79,7 +90,7 @@ export interface SessionOptions {
   clock: Clock;
   /** Absolute lifetime of a session. */
   ttlMs: number;
-  /** A session unused this long ends. */
+  /** A session without an operator's action (`touch`) this long ends. */
   idleMs: number;
   /** Beyond this many sessions the least recently used one is dropped. */
   maxSessions: number;
@@ -88,8 +99,8 @@ export interface SessionOptions {
 }
 
 /** The console's bounds on the clock of the process that holds the table. */
-export function consoleSessionOptions(clock: Clock): SessionOptions {
-  return { clock, ttlMs: SESSION_TTL_MS, idleMs: SESSION_IDLE_MS, maxSessions: MAX_SESSIONS };
+export function consoleSessionOptions(clock: Clock, idleMs = SESSION_IDLE_MS): SessionOptions {
+  return { clock, ttlMs: SESSION_TTL_MS, idleMs, maxSessions: MAX_SESSIONS };
 }
 
 const TOKEN = /^[A-Za-z0-9_-]{20,128}$/;
@@ -100,9 +111,9 @@ export function isSessionId(id: unknown): id is string {
 }
 
 interface Held extends Omit<ConsoleSession, 'expiresInSeconds'> {
-  /** Monotonic deadline; the session also ends after `idleMs` without a request. */
+  /** Monotonic deadline; the session also ends after `idleMs` without an operator's action. */
   readonly expiresAtMonotonicMs: number;
-  lastSeenMonotonicMs: number;
+  lastActionMonotonicMs: number;
 }
 
 /** The table itself: held by exactly one process of an instance. */
@@ -127,28 +138,29 @@ export class ConsoleSessions {
       authorization,
       principalDisabledAtMs: principal.disabledAtMs ?? null,
       expiresAtMonotonicMs: now + this.#options.ttlMs,
-      lastSeenMonotonicMs: now,
+      lastActionMonotonicMs: now,
     };
     this.#byId.set(held.id, held);
     while (this.#byId.size > this.#options.maxSessions) this.#byId.delete(this.#byId.keys().next().value!);
     return this.#view(held, now);
   }
 
-  /** The live session with this id (and marks it used), or undefined; any other value finds nothing. */
+  /** The live session with this id, or undefined; any other value finds nothing. Not a use. */
   get(id: unknown): ConsoleSession | undefined {
-    if (!isSessionId(id)) return undefined;
-    const held = this.#byId.get(id);
-    if (!held) return undefined;
     const now = this.#options.clock.monotonicMs();
-    if (!this.#isLive(held, now)) {
-      this.#byId.delete(id);
-      return undefined;
-    }
-    held.lastSeenMonotonicMs = now;
+    const held = this.#live(id, now);
+    return held && this.#view(held, now);
+  }
+
+  /** An operator's action on a live session: its idle clock starts again. Nothing for an ended one. */
+  touch(id: unknown): void {
+    const now = this.#options.clock.monotonicMs();
+    const held = this.#live(id, now);
+    if (!held) return;
+    held.lastActionMonotonicMs = now;
     // Re-insert: the Map's order is least recently used first.
-    this.#byId.delete(id);
-    this.#byId.set(id, held);
-    return this.#view(held, now);
+    this.#byId.delete(held.id);
+    this.#byId.set(held.id, held);
   }
 
   delete(id: unknown): void {
@@ -159,13 +171,23 @@ export class ConsoleSessions {
     return this.#byId.size;
   }
 
+  /** The held session if live; an ended one is dropped. */
+  #live(id: unknown, now: number): Held | undefined {
+    if (!isSessionId(id)) return undefined;
+    const held = this.#byId.get(id);
+    if (!held) return undefined;
+    if (this.#isLive(held, now)) return held;
+    this.#byId.delete(id);
+    return undefined;
+  }
+
   #view(held: Held, now: number): ConsoleSession {
-    const { expiresAtMonotonicMs, lastSeenMonotonicMs: _, ...session } = held;
+    const { expiresAtMonotonicMs, lastActionMonotonicMs: _, ...session } = held;
     return { ...session, expiresInSeconds: Math.max(0, Math.floor((expiresAtMonotonicMs - now) / 1000)) };
   }
 
   #isLive(held: Held, now: number): boolean {
-    return now < held.expiresAtMonotonicMs && now - held.lastSeenMonotonicMs < this.#options.idleMs;
+    return now < held.expiresAtMonotonicMs && now - held.lastActionMonotonicMs < this.#options.idleMs;
   }
 
   #sweep(now: number): void {
@@ -178,6 +200,7 @@ export function localSessionStore(table: ConsoleSessions): SessionStore {
   return {
     create: async (principal, authorization) => table.create(principal, authorization),
     get: async (id) => table.get(id),
+    touch: async (id) => table.touch(id),
     delete: async (id) => table.delete(id),
   };
 }

@@ -1,7 +1,7 @@
 /**
  * A worker's sessions over a link to the table of the coordinating process, on an in-memory channel
  * pair and a hand-moved clock: what one worker opens every other finds, marks used and ends for
- * all; a call the other side does not answer in time, or a closed link, is 503 `unavailable`,
+ * all (a lookup alone is no use); a call the other side does not answer in time, or a closed link, is 503 `unavailable`,
  * never a session.
  */
 import { describe, expect, it } from 'vitest';
@@ -39,15 +39,24 @@ describe('sessions over the link', () => {
     expect(table.size).toBe(1);
     const found = await w1.get(created.id);
     expect(found).toEqual(created);
-    // Use on either worker counts against the instance's idle bound.
+    // An action on either worker counts against the instance's idle bound.
     for (let i = 0; i < 4; i++) {
       clock.advance(9_000);
-      expect(await (i % 2 ? w0 : w1).get(created.id)).toBeDefined();
+      await (i % 2 ? w0 : w1).touch(created.id);
+      expect(await (i % 2 ? w1 : w0).get(created.id)).toBeDefined();
     }
     expect((await w0.get(created.id))?.expiresInSeconds).toBe(24);
-    await w1.delete(created.id);
-    expect(await w0.get(created.id)).toBeUndefined();
+    // Lookups alone (the page polling) are no use: the session idles out 10 s after the last action.
+    clock.advance(9_000);
+    expect(await w0.get(created.id)).toBeDefined();
+    clock.advance(1_000);
     expect(await w1.get(created.id)).toBeUndefined();
+    await w0.touch(created.id);
+    expect(await w0.get(created.id)).toBeUndefined();
+    const again = await w0.create(admin, 'Bearer ark_x');
+    await w1.delete(again.id);
+    expect(await w0.get(again.id)).toBeUndefined();
+    expect(await w1.get(again.id)).toBeUndefined();
     expect(table.size).toBe(0);
   });
 
@@ -68,6 +77,7 @@ describe('sessions over the link', () => {
     const created = table.create(admin, 'Bearer ark_x');
     await expect(store.get(created.id)).rejects.toMatchObject({ code: 'unavailable', headers: { 'retry-after': '1' } });
     await expect(store.create(admin, 'Bearer ark_y')).rejects.toMatchObject({ code: 'unavailable' });
+    await expect(store.touch(created.id)).rejects.toMatchObject({ code: 'unavailable' });
     await expect(store.delete(created.id)).rejects.toMatchObject({ code: 'unavailable' });
     expect(table.size).toBe(1);
   });

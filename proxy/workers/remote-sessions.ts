@@ -1,8 +1,8 @@
 /**
  * The console's sign-in sessions with several workers: the instance's one table is the coordinating
- * process's (`serveSessions`), and each worker creates, looks up (which marks used) and deletes over
- * its link (`remoteSessionStore`), so a browser stays signed in whichever worker the kernel gives
- * each of its connections, and a sign-out ends the session on every worker. Each call has a
+ * process's (`serveSessions`), and each worker creates, looks up, marks used (an operator's action)
+ * and deletes over its link (`remoteSessionStore`), so a browser stays signed in whichever worker the
+ * kernel gives each of its connections, and a sign-out ends the session on every worker. Each call has a
  * deadline; a call that fails or misses it is 503 `unavailable`, never a session.
  */
 import { PolicyError } from '../../policy/errors.ts';
@@ -27,6 +27,7 @@ export function serveSessions(link: Link, table: ConsoleSessions, checks = new C
   });
   // null, not undefined: the answer is a message field.
   link.handle('sessions.get', (args) => table.get(id('sessions.get', args)) ?? null);
+  link.handle('sessions.touch', (args) => table.touch(id('sessions.touch', args)));
   link.handle('sessions.delete', (args) => table.delete(id('sessions.delete', args)));
 }
 
@@ -52,6 +53,10 @@ export function remoteSessionStore(link: Link, deadlineMs = SESSION_CALL_DEADLIN
     get: async (id) => {
       if (!isSessionId(id)) return undefined;
       return (await ask<ConsoleSession | null>('sessions.get', id)) ?? undefined;
+    },
+    // Awaited, not a note: an action whose use was not recorded would leave the session to idle out.
+    touch: async (id) => {
+      await ask<void>('sessions.touch', id);
     },
     delete: async (id) => {
       await ask<void>('sessions.delete', id);

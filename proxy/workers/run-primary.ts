@@ -104,7 +104,8 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
     ...(config.redisUrl ? {} : { counters: createMemoryCounterStore() }),
   });
   // The console's sign-in sessions are the instance's (the writer serves the console).
-  const sessions = config.role === 'api' ? new ConsoleSessions(consoleSessionOptions(clock)) : undefined;
+  const sessions =
+    config.role === 'api' ? new ConsoleSessions(consoleSessionOptions(clock, config.consoleIdleTimeoutMs)) : undefined;
   const registry = new Registry();
   createGatewayMetrics({ registry });
   registerLeaseMetrics(registry, coordinator);

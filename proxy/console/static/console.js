@@ -51,10 +51,14 @@ class ApiError extends Error {
   }
 }
 
-/** JSON call to the console API; state changes carry the session's CSRF token. */
-async function api(method, path, body) {
+/**
+ * JSON call to the console API. State changes carry the session's CSRF token, and so do reads an
+ * operator asked for (`asked`): the gateway counts exactly those as use of the session. The timers'
+ * polls go without it, so an unattended console idles out (ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS).
+ */
+async function api(method, path, body, asked = false) {
   const headers = { accept: 'application/json' };
-  if (method !== 'GET') headers['x-csrf-token'] = csrfToken ?? '';
+  if (method !== 'GET' || asked) headers['x-csrf-token'] = csrfToken ?? '';
   if (body !== undefined) headers['content-type'] = 'application/json';
   const res = await fetch(path, {
     method,
@@ -328,7 +332,7 @@ function renderBlocks(blocks) {
 // ---------------------------------------------------------------- rules
 
 async function refreshSlow() {
-  await Promise.allSettled([refreshRules(), refreshAccess().then(refreshUsage)]);
+  await Promise.allSettled([refreshRules(), refreshAccess().then(() => refreshUsage())]);
 }
 
 async function refreshRules() {
@@ -591,7 +595,7 @@ async function refreshAccess() {
 
 async function morePrincipals() {
   if (!principalsCursor) return;
-  const data = await api('GET', `/console/api/access?cursor=${encodeURIComponent(principalsCursor)}`);
+  const data = await api('GET', `/console/api/access?cursor=${encodeURIComponent(principalsCursor)}`, undefined, true);
   principals = principals.concat(data.principals);
   principalsCursor = data.nextCursor;
   renderPrincipals();
@@ -744,13 +748,14 @@ const when = (iso) => (iso ? `${iso.slice(0, 16).replace('T', ' ')} UTC` : 'neve
 /** A principal's name where the access view knows it, else its id. */
 const principalLabel = (id) => (id === null ? 'anonymous' : (principals.find((p) => p.id === id)?.name ?? id));
 
-async function refreshUsage() {
+/** `asked`: an operator's submit of the listing's form, not the timer (see `api`). */
+async function refreshUsage(asked = false) {
   const idleQuery = new URLSearchParams({ view: 'idle', days: idleDays });
   if (idleRepository) idleQuery.set('repository', idleRepository);
   const [top, idle, days] = await Promise.all([
-    api('GET', '/console/api/stats/artifacts?view=top&limit=20'),
-    api('GET', `/console/api/stats/artifacts?${idleQuery}&limit=100`),
-    api('GET', '/console/api/stats/principals?limit=50'),
+    api('GET', '/console/api/stats/artifacts?view=top&limit=20', undefined, asked),
+    api('GET', `/console/api/stats/artifacts?${idleQuery}&limit=100`, undefined, asked),
+    api('GET', '/console/api/stats/principals?limit=50', undefined, asked),
   ]);
   $('top-rows').replaceChildren(
     ...top.artifacts.map((a) =>
@@ -803,7 +808,7 @@ async function showIdle(event) {
   idleRepository = String(new FormData(form).get('repository')).trim();
   formError(form, '');
   try {
-    await refreshUsage();
+    await refreshUsage(true);
   } catch (err) {
     ({ idleDays, idleRepository } = before);
     if (err.status !== 401) formError(form, err.message);

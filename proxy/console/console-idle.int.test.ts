@@ -1,0 +1,120 @@
+/**
+ * The console's idle timeout against a real writer (ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS=3) and real
+ * Chromium: the page's own polls of its views keep no session alive, so an unattended console signs
+ * out by itself after the idle timeout, while an operator's actions (requests carrying the
+ * session's CSRF token) keep it open. Both tests run at once: each waits about one idle timeout.
+ */
+import { existsSync } from 'node:fs';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createServiceAccount } from '../../test/support/auth.ts';
+import { CHROMIUM, CHROMIUM_ARGS } from '../../test/support/chromium.ts';
+import { request, type RawResponse } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
+
+/** Longer than the page's 2 s status poll: with each poll counted as use, no session would ever end. */
+const IDLE_MS = 3000;
+/** Well inside the idle timeout, so a slow machine does not let the acting session lapse. */
+const ACT_EVERY_MS = 200;
+
+const db = useTestDatabase();
+let gw: GatewayProcess;
+let adminKey: string;
+let browser: Browser;
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run installs it)`);
+  ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'idle-admin', scopes: ['admin'] }));
+  [gw, browser] = await Promise.all([
+    startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS: String(IDLE_MS / 1000) },
+    }),
+    chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS }),
+  ]);
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await gw?.stop('SIGTERM');
+});
+
+async function signIn(): Promise<{ cookie: string; csrf: string }> {
+  const res = await request(`${gw.url}/console/session`, { method: 'POST', headers: bearer(adminKey) });
+  expect(res.status).toBe(201);
+  return {
+    cookie: (res.headers['set-cookie']?.[0] ?? '').split(';')[0]!,
+    csrf: String((JSON.parse(res.body.toString()) as { csrfToken: string }).csrfToken),
+  };
+}
+
+const status = (cookie: string, csrf?: string): Promise<RawResponse> =>
+  request(`${gw.url}/console/api/status`, {
+    headers: { cookie, ...(csrf === undefined ? {} : { 'x-csrf-token': csrf }) },
+  });
+
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe.concurrent('the console idle timeout', () => {
+  it('ends a session that is only polled, or sent a wrong token, and keeps one whose requests carry its token', async () => {
+    // Before the sign-ins: no session can have idled out sooner than IDLE_MS after this.
+    const started = performance.now();
+    const [polled, forged, acting] = await Promise.all([signIn(), signIn(), signIn()]);
+    let polledStatus = 200;
+    while (polledStatus === 200 && performance.now() - started < 15_000) {
+      // A poll reads, but its idle clock keeps running; another session's token counts for nothing.
+      polledStatus = (await status(polled.cookie)).status;
+      await status(forged.cookie, acting.csrf);
+      expect((await status(acting.cookie, acting.csrf)).status).toBe(200);
+      await pause(ACT_EVERY_MS);
+    }
+    expect(polledStatus).toBe(401);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(IDLE_MS);
+    expect((await status(forged.cookie)).status).toBe(401);
+    // The one that acted all along is still signed in, well past the idle timeout.
+    expect((await status(acting.cookie)).status).toBe(200);
+    // Its resume after a reload says so too; the ended one's says it is signed out.
+    const resumed = await request(`${gw.url}/console/session`, { headers: { cookie: polled.cookie } });
+    expect(JSON.parse(resumed.body.toString())).toEqual({ signedIn: false });
+  });
+
+  it('signs an unattended page out by itself, and keeps a page an operator uses signed in', async () => {
+    const open = async (): Promise<Page> => {
+      const page = await (await browser.newContext()).newPage();
+      page.setDefaultTimeout(15_000);
+      await page.goto(`${gw.url}/console/`);
+      await page.fill('#admin-key', adminKey);
+      await page.click('#sign-in-form button[type=submit]');
+      await page.waitForSelector('#app', { state: 'visible' });
+      return page;
+    };
+    const started = performance.now();
+    const [unattended, used] = await Promise.all([open(), open()]);
+    // Every request the unattended page makes is a poll of its timers: none carries the token.
+    const tokens: string[] = [];
+    unattended.on('request', (req) => {
+      const token = req.headers()['x-csrf-token'];
+      if (token !== undefined) tokens.push(`${req.method()} ${req.url()}`);
+    });
+    // The operator asks for the "not downloaded for" listing again: a read it asked for.
+    const act = async (): Promise<number> => {
+      const [res] = await Promise.all([
+        used.waitForResponse((r) => r.url().includes('/console/api/stats/artifacts?view=idle')),
+        used.click('#idle-form button[type=submit]'),
+      ]);
+      return res.status();
+    };
+    while (await unattended.isVisible('#app')) {
+      if (performance.now() - started > 15_000) throw new Error('the unattended page was never signed out');
+      expect(await act()).toBe(200);
+      await pause(ACT_EVERY_MS);
+    }
+    expect(performance.now() - started).toBeGreaterThanOrEqual(IDLE_MS);
+    expect(await unattended.textContent('#sign-in-error')).toMatch(/^Your session ended/);
+    expect(tokens).toEqual([]);
+    // The used page, signed in as long as the other, is still: past the idle timeout its session lives.
+    expect(await act()).toBe(200);
+    expect(await used.isVisible('#app')).toBe(true);
+    await Promise.all([unattended.context().close(), used.context().close()]);
+  });
+});
