@@ -17,6 +17,17 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'Method not allowed on this route.',
     advice: 'Use a method listed in `Allow`.',
   },
+  connect_refused: {
+    status: 405,
+    message: 'CONNECT is not served: this is no forward proxy.',
+    advice:
+      'Send the request itself to the gateway (or the router); a tunnel through CONNECT needs a forward proxy, which this is not.',
+  },
+  expectation_failed: {
+    status: 417,
+    message: 'The request carries an Expect this server does not meet; only 100-continue is.',
+    advice: 'Send the request without `Expect`, or with `Expect: 100-continue`.',
+  },
   malformed_request: {
     status: 400,
     message:

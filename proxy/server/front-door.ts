@@ -19,6 +19,7 @@ import type { Logger } from 'pino';
 import type { GatewayError } from './errors.ts';
 import { connectionEvent } from './listener.ts';
 import { answerClientErrors } from './front-door/client-errors.ts';
+import { answerNodeAnswers } from './front-door/node-answers.ts';
 import { sendError } from './http-errors.ts';
 import { ConnectionBound, overloadRefusal } from './front-door/connection-bound.ts';
 import { ASSUMED_DESCRIPTOR_LIMIT, defaultMaxConnections, descriptorLimit } from './front-door/descriptor-budget.ts';
@@ -133,6 +134,7 @@ export function installFrontDoor(
   // A TLS listener speaks HTTP/2 too: sessions and streams get the same bounds (front-door/http2.ts).
   const h2 = new Http2Front(server as unknown as Http2Server, limits, log, timeouts.counts);
   answerClientErrors(server, log);
+  answerNodeAnswers(server, log);
 
   return {
     admit(req, res) {

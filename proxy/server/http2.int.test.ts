@@ -987,7 +987,7 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
     session.destroy();
   });
 
-  it('streams node:http2 answers itself (CONNECT 405, an unknown Expect 417) are reset after the answer; the session still idles out', async () => {
+  it('streams answered without a request (CONNECT 405, an unknown Expect 417) are reset after the answer; the session still idles out', async () => {
     const session = http2.connect(gw.https, { ca: ca.certPem });
     session.on('error', () => {});
     const goaway = new Promise<number>((resolve) => session.once('goaway', resolve));

@@ -5,7 +5,8 @@
  * and is counted); rotation under load with zero failed requests; client certificates as
  * principals, an unbinding, a disabled principal and a certificate's expiry reaching open keep-alive
  * and HTTP/2 connections within the 2 s bound, a flood of refused certificates logged within the
- * client-fault budget; and credentials refused over plain HTTP.
+ * client-fault budget; credentials refused over plain HTTP; and Strict-Transport-Security,
+ * x-request-id and nosniff on the answers Node would give by itself (an unmet Expect, CONNECT).
  */
 import { execFile, spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -88,6 +89,34 @@ async function startTlsGateway(env: Record<string, string>): Promise<GatewayProc
 const HSTS_GIVEN = 'Max-Age=31536000;includeSubDomains';
 const HSTS_SENT = 'max-age=31536000; includeSubDomains';
 
+/** `curl -D -` output with the body: its last head parsed and the body after it. */
+function parseCurl(stdout: string): {
+  status: number;
+  version: string;
+  headers: Record<string, string>;
+  counts: Record<string, number>;
+  body: string;
+} {
+  const split = stdout.lastIndexOf('\r\n\r\n');
+  const [statusLine, ...lines] = stdout.slice(0, split).split('\r\n\r\n').at(-1)!.split('\r\n');
+  const headers: Record<string, string> = {};
+  const counts: Record<string, number> = {};
+  for (const line of lines) {
+    const colon = line.indexOf(':');
+    const name = line.slice(0, colon).trim().toLowerCase();
+    headers[name] = line.slice(colon + 1).trim();
+    counts[name] = (counts[name] ?? 0) + 1;
+  }
+  const [protocol, status] = statusLine!.split(' ');
+  return {
+    status: Number(status),
+    version: protocol!.replace('HTTP/', ''),
+    headers,
+    counts,
+    body: stdout.slice(split + 4),
+  };
+}
+
 describe('TLS listener', () => {
   let gw: GatewayProcess & { https: string };
   let caFile: string;
@@ -141,6 +170,82 @@ describe('TLS listener', () => {
     });
     expect(reply).toMatch(/^HTTP\/1\.1 400/);
     expect(reply).toContain(`\r\nstrict-transport-security: ${HSTS_SENT}\r\n`);
+  });
+
+  it('ARKVORY_TLS_HSTS, x-request-id and nosniff on the answers Node would give by itself: an unmet Expect (417) and CONNECT (405), HTTP/2 and HTTP/1.1', async () => {
+    const codes: Record<string, number> = { expectation_failed: 417, connect_refused: 405 };
+    const ours = (label: string, status: number, headers: Record<string, unknown>, body: string, code: string) => {
+      expect(status, label).toBe(codes[code]);
+      expect(headers['strict-transport-security'], label).toBe(HSTS_SENT);
+      expect(headers['x-content-type-options'], label).toBe('nosniff');
+      expect(headers['x-request-id'], label).toMatch(/^[0-9a-f-]{36}$/);
+      expect(JSON.parse(body).code, label).toBe(code);
+    };
+    const body = path.join(dir, 'expect-body.txt');
+    for (const version of ['2', '1.1'] as const) {
+      // curl sends the Expect it is given and waits for the answer: Node's code, not a route, answers it.
+      const { stdout } = await run('curl', [
+        '-sS',
+        `--http${version}`,
+        '--cacert',
+        caFile,
+        '-D',
+        '-',
+        '-H',
+        'expect: teapot',
+        `${gw.https}/health/live`,
+      ]);
+      const expectation = parseCurl(stdout);
+      expect(expectation.version, `HTTP/${version}`).toBe(version === '2' ? '2' : '1.1');
+      expect(expectation.counts['strict-transport-security']).toBe(1);
+      ours(
+        `Expect over HTTP/${version}`,
+        expectation.status,
+        expectation.headers,
+        expectation.body,
+        'expectation_failed',
+      );
+    }
+    await writeFile(body, 'refused unread\n');
+    const put = await curlHead(`${gw.https}/health/live`, caFile, '2', [
+      '-H',
+      'expect: teapot',
+      '--data-binary',
+      `@${body}`,
+    ]);
+    expect([put.status, put.headers['strict-transport-security']]).toEqual([417, HSTS_SENT]);
+    // CONNECT over HTTP/1.1: node:http dropped the connection without an answer.
+    const { stdout: connect1 } = await run('curl', [
+      '-sS',
+      '--http1.1',
+      '--cacert',
+      caFile,
+      '-D',
+      '-',
+      '-X',
+      'CONNECT',
+      `${gw.https}/health/live`,
+    ]);
+    const refused1 = parseCurl(connect1);
+    ours('CONNECT over HTTP/1.1', refused1.status, refused1.headers, refused1.body, 'connect_refused');
+    // CONNECT over HTTP/2 has no :path (RFC 9113 §8.5), which this curl cannot send: node:http2's client.
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    try {
+      const refused2 = await new Promise<{ status: number; headers: http2.IncomingHttpHeaders; body: string }>(
+        (resolve, reject) => {
+          const stream = session.request({ ':method': 'CONNECT', ':authority': 'example.org:443' });
+          let headers: http2.IncomingHttpHeaders = {};
+          let text = '';
+          stream.on('response', (h) => (headers = h));
+          stream.on('data', (c: Buffer) => (text += c.toString()));
+          stream.on('end', () => resolve({ status: Number(headers[':status']), headers, body: text }));
+          stream.on('error', reject);
+        },
+      );
+      ours('CONNECT over HTTP/2', refused2.status, refused2.headers, refused2.body, 'connect_refused');
+    } finally {
+      session.close();
+    }
   });
 
   it('curl --http1.1 --cacert: upload, full GET and Range are byte-exact', async () => {

@@ -250,8 +250,8 @@ export class Http2Front {
       watch.streamOpened();
       stream.on('close', onStreamClose);
     });
-    // After node:http2's own listener, which hands the stream to the request handler or answers it
-    // itself (CONNECT: 405; an Expect other than 100-continue: 417) without a request: such a
+    // After node:http2's own listener, which hands the stream to the request handler or, without a
+    // request, to node-answers.ts (CONNECT: 405; an Expect other than 100-continue: 417): such a
     // stream is reset once that answer is out, as any early answer, so a client leaving it
     // half-open holds neither an open-stream count (the session never idles) nor its connection.
     session.on('stream', (stream: ServerHttp2Stream) => {
