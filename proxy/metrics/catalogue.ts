@@ -30,7 +30,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http_requests_total',
     type: 'counter',
     labels: ['method', 'route', 'status'],
-    help: 'Finished HTTP requests by method, route template and status (499: the client went away before any answer).',
+    help: 'Finished HTTP requests by method, route template and status, each answer counted once whatever answered it (503 `unmatched`: the front door refused it over the connection bound or while draining; 499: the client went away before any answer).',
   },
   {
     name: 'arkvory_http_request_duration_seconds',

@@ -74,7 +74,8 @@ export interface FrontDoorCounters {
 
 export interface FrontDoor {
   /**
-   * Call first in the request handler. False when the request was answered already (over the
+   * Call in the request handler before anything reads the request or answers it (the server first
+   * sets up what records the answer). False when the request was answered already (over the
    * connection bound or draining: 503); the handler must then do nothing more.
    */
   admit(req: IncomingMessage, res: ServerResponse): boolean;

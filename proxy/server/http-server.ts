@@ -91,7 +91,6 @@ export function createGatewayServer(options: {
   };
   const frontDoor = installFrontDoor(server, limits, log, (req, plainRes) => {
     const res = plainRes as GatewayResponse;
-    if (!frontDoor.admit(req, res)) return;
     // The request's own id is always made here: it is what the log lines and the audit trail
     // correlate on, so a client must not choose it (it could name another request's lines). A sane
     // id the client sent is kept beside it and is what its answer carries back.
@@ -116,9 +115,16 @@ export function createGatewayServer(options: {
       pathname = url?.pathname;
     }
     const exchange = new RequestExchange(exchangeServer, req, res, reqId, clientReqId, url);
-    if (tracing) exchange.trace = tracing.tracing.startServer(req, tracing.mayContinue);
     res.exchange = exchange;
     res.on('close', onResponseClose);
+    // Admitted once the request is recorded: the front door's own refusal (503 over the connection
+    // bound or while draining) is counted with its status like every other answer. Its line goes to
+    // debug: an overload must not flood the log (the front door's refusal counters are its record).
+    if (!frontDoor.admit(req, res)) {
+      exchange.quiet = true;
+      return;
+    }
+    if (tracing) exchange.trace = tracing.tracing.startServer(req, tracing.mayContinue);
     if (pathname === undefined) {
       answerError(exchange, new GatewayError('invalid_request', 'The request target is not a valid URL.'));
       return;

@@ -68,7 +68,10 @@ export class RequestExchange implements RequestContext {
   #closedEarly: GatewayError | undefined;
   /** The error code of the client fault this request was answered with (`noteFault`). */
   fault: string | undefined = undefined;
-  /** True when the fault's lines are over the budget: written at debug, not info; its request line too. */
+  /**
+   * Lines at debug, not info, its request line too: a fault's lines over the budget, or a request the
+   * front door refused (the server sets it).
+   */
   quiet = false;
   /** Lines of this fault's code left out before this one, for the line that is written. */
   suppressed = 0;
