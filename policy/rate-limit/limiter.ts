@@ -20,6 +20,7 @@ import {
 import { banKey, counterBase, counterKey, RuleKeyMemo, windowStartMs } from './keys.ts';
 import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
+import { isRetired } from './retired-rules.ts';
 import { isPromise, type MaybePromise } from '../../lib/maybe-promise.ts';
 import type { RulesNow } from './rule-tiers.ts';
 import type { Rule } from './rules.ts';
@@ -142,24 +143,29 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     }
   };
 
-  const counted = (result: RateLimitResult): RateLimitResult => {
+  const counted = (result: RateLimitResult, late = false): RateLimitResult => {
     metrics.check({
       limiter: name,
       action: result.action,
       matched: result.evaluations.length > 0,
       error: result.error !== undefined,
     });
-    for (const e of result.evaluations)
+    for (const e of result.evaluations) {
+      // A check that waited may have read rules a change removed meanwhile: their series are gone
+      // and stay gone (retired-rules.ts). One answered at once cannot straddle a change.
+      if (late && isRetired(e.rule)) continue;
       metrics.ruleEvaluation({ limiter: name, rule: e.rule.name, action: e.rule.action, result: e.result });
+    }
     return result;
   };
+  const countedLate = (result: RateLimitResult): RateLimitResult => counted(result, true);
   const peeked = (result: RateLimitResult): RateLimitResult => {
     metrics.peek({ limiter: name, action: result.action, error: result.error !== undefined });
     return result;
   };
   const checkNow = (identifier: Identifier, options?: { cost?: number }): MaybePromise<RateLimitResult> => {
     const result = run(identifier, options?.cost ?? 1, 'check');
-    return isPromise(result) ? result.then(counted) : counted(result);
+    return isPromise(result) ? result.then(countedLate) : counted(result);
   };
   const peekNow = (identifier: Identifier, options?: { cost?: number }): MaybePromise<RateLimitResult> => {
     const result = run(identifier, options?.cost ?? 1, 'peek');

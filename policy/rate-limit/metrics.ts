@@ -10,6 +10,12 @@ export interface RateLimitMetrics {
   check(labels: { limiter: string; action: string; matched: boolean; error: boolean }): void;
   ruleEvaluation(labels: { limiter: string; rule: string; action: string; result: string }): void;
   peek(labels: { limiter: string; action: string; error: boolean }): void;
+  /**
+   * Drops the rule-evaluation series of `limiter`'s rules `names`, which a change of the rules
+   * removed (rule-replica.ts; retired first, so no check reports them again): the family names only
+   * rules that exist, however many names publishes come and go with.
+   */
+  forgetRules(limiter: string, names: readonly string[]): void;
 }
 
 export const METRIC_NAMES = {
@@ -59,6 +65,9 @@ export function createRateLimitMetrics(registry: Registry = defaultRegistry): Ra
     check: (l) => checkInc([l.limiter, l.action, l.matched ? 'true' : 'false', l.error ? 'true' : 'false']),
     ruleEvaluation: (l) => ruleInc([l.limiter, l.rule, l.action, l.result]),
     peek: (l) => peekInc([l.limiter, l.action, l.error ? 'true' : 'false']),
+    forgetRules: (limiter, names) => {
+      for (const rule of names) untally(rules, [limiter, rule]);
+    },
   };
 }
 
@@ -109,6 +118,31 @@ export function tally<L extends string>(c: Counter<L>): (values: readonly string
   };
 }
 
+/**
+ * Drops every tally of `c` whose first label values are `prefix`, and the series prom-client holds
+ * for them from the last collect (its `remove`), so neither the next scrape nor memory keeps them.
+ */
+export function untally<L extends string>(c: Counter<L>, prefix: readonly string[]): void {
+  const t = talliesOf.get(c as Counter<string>);
+  if (!t) throw new Error('untally() needs a counter created with tallies');
+  if (prefix.length === 0 || prefix.length > t.labelNames.length) throw new Error('untally: bad prefix');
+  let parent = t.root;
+  for (let i = 0; i < prefix.length - 1; i++) {
+    const next = parent.get(prefix[i]!) as Map<string, unknown> | undefined;
+    if (!next) return;
+    parent = next;
+  }
+  if (!parent.delete(prefix[prefix.length - 1]!)) return;
+  const gone = (labels: Record<string, string>) => prefix.every((v, i) => labels[t.labelNames[i]!] === v);
+  const kept: Tally[] = [];
+  for (const entry of t.all) {
+    if (!gone(entry.labels)) kept.push(entry);
+    else c.remove(entry.labels as Partial<Record<L, string>>);
+  }
+  t.all.length = 0;
+  for (const entry of kept) t.all.push(entry);
+}
+
 /** Publishes the tallies of `c` (prom-client calls collect() before every read of the counter). */
 function collectTallies(this: Counter<string>): void {
   const t = talliesOf.get(this);
@@ -117,7 +151,7 @@ function collectTallies(this: Counter<string>): void {
   for (const { labels, value } of t.all) this.inc(labels, value);
 }
 
-export const noMetrics: RateLimitMetrics = { check() {}, ruleEvaluation() {}, peek() {} };
+export const noMetrics: RateLimitMetrics = { check() {}, ruleEvaluation() {}, peek() {}, forgetRules() {} };
 
 /** What became of one rules-service lookup (Phase 3): a cache hit, a fetched answer, or why not. */
 export type RulesServiceResult = 'hit' | 'miss' | 'error' | 'timeout' | 'invalid' | 'circuit_open';

@@ -31,7 +31,7 @@ import { decodeCursor, encodeCursor, type Page, type PageRequest, pageLimit } fr
 import { refuseBypassRules, seededDocuments, withoutPublished, withPublished } from './document-changes.ts';
 import { documentBoundProblems } from './document-bounds.ts';
 import { collectOrphanDocuments } from './orphan-documents.ts';
-import { compiledDocument, RuleReplica, type ReplicaSource } from './rule-replica.ts';
+import { compiledDocument, RuleReplica, type ReplicaSource, type RulesRemoved } from './rule-replica.ts';
 
 export type { ReplicaSource } from './rule-replica.ts';
 
@@ -57,6 +57,8 @@ export interface RuleRegistryDeps {
    * awaited as long again (bounded-write.ts).
    */
   timeoutMs?: number;
+  /** Told when a change of this process's rules removed some of a limiter's rules (their metric series go). */
+  onRulesRemoved?: RulesRemoved;
 }
 
 export interface LimiterView {
@@ -112,7 +114,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
   const orphanGraceMs = deps.orphanGraceMs ?? 7 * 24 * 3600 * 1000;
   const timeoutMs = deps.timeoutMs ?? 2000;
   const limiters = [...available.keys()];
-  const replica = new RuleReplica(log);
+  const replica = new RuleReplica(log, deps.onRulesRemoved);
   let seeded = false;
   let timer: NodeJS.Timeout | undefined;
   let lastRefreshOkMs: number | undefined;

@@ -13,6 +13,7 @@ import {
   type Rule,
   type RuleSpec,
 } from './rules.ts';
+import { retireRule } from './retired-rules.ts';
 
 export type ReplicaSource = 'store' | 'compiled';
 
@@ -35,12 +36,17 @@ export function compiledDocument(
   return doc;
 }
 
+/** Told the names of a limiter's rules a change removed, once they are retired (retired-rules.ts). */
+export type RulesRemoved = (limiter: string, names: readonly string[]) => void;
+
 export class RuleReplica {
   readonly #entries = new Map<string, ReplicaEntry>();
   readonly #log: Logger;
+  readonly #onRemoved: RulesRemoved | undefined;
 
-  constructor(log: Logger) {
+  constructor(log: Logger, onRemoved?: RulesRemoved) {
     this.#log = log;
+    this.#onRemoved = onRemoved;
   }
 
   install(limiter: string, source: ReplicaSource, document: LimiterRules): void {
@@ -48,11 +54,21 @@ export class RuleReplica {
     const current = this.#entries.get(limiter);
     if (current && current.json === json && current.source === source) return;
     const merged = mergeTiers(document);
-    this.#entries.set(limiter, { source, document, json, rules: merged.map((t) => ruleFromSpec(t.spec)) });
-    if (current)
-      this.#log.info(
-        { limiter, source, rules: merged.map((t) => `${t.tier}:${t.spec.name}`) },
-        'rate-limit rules changed',
+    const rules = merged.map((t) => ruleFromSpec(t.spec));
+    this.#entries.set(limiter, { source, document, json, rules });
+    if (!current) return;
+    this.#log.info(
+      { limiter, source, rules: merged.map((t) => `${t.tier}:${t.spec.name}`) },
+      'rate-limit rules changed',
+    );
+    // Retired before anyone is told: from here no check reports the removed rules' evaluations.
+    const kept = new Set(rules.map((r) => r.name));
+    const removed = current.rules.filter((r) => !kept.has(r.name));
+    for (const rule of removed) retireRule(rule);
+    if (removed.length > 0)
+      this.#onRemoved?.(
+        limiter,
+        removed.map((r) => r.name),
       );
   }
 

@@ -89,6 +89,7 @@ export async function openRateLimiting(
   const documents = redis
     ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster))
     : createPgRuleDocuments(services.pool);
+  const metrics = createRateLimitMetrics();
   // An invalid file must not wipe the file tier other gateways seeded into a shared store.
   const registry = createRuleRegistry({
     documents,
@@ -98,10 +99,11 @@ export async function openRateLimiting(
     clock,
     log,
     ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}),
+    // A rule a publish removed (here or on another gateway, seen by the refresh) leaves the metrics.
+    onRulesRemoved: (limiter, names) => metrics.forgetRules(limiter, names),
   });
   await registry.start();
   services.onClose.push(() => registry.stop());
-  const metrics = createRateLimitMetrics();
   const deps = {
     store,
     clock,
