@@ -5,8 +5,11 @@
  *   slices/ab/<sha256>-<sliceBytes>-<index>   one verified slice (bytes only)
  *   tmp/<…>.<random>                          a slice file being written
  * A fill hashes the slice as it arrives into memory; only once it matched its digest is it written
- * to tmp/ and renamed into slices/; tmp/ is emptied at start. No fsync: after a restart every slice is re-verified on its
- * first read (below), so a file a crash or power loss left short or wrong is found then, never served.
+ * to tmp/, fsynced, renamed into slices/ and its directory fsynced (lib/fs-sync.ts, as every
+ * durable write of the project); tmp/ is emptied at start. What keeps a damaged slice from being
+ * served is not the fsync: after a restart every slice is re-verified on its first read (below), so
+ * a file a crash or power loss left empty, short or wrong is found then, removed and fetched again.
+ * The fsync makes a kept slice survive the power cut instead of costing that fetch.
  *
  * Trusting a slice on disk: it is checked against its digest the first time this process reads
  * it; after that it is trusted while its file's identity (inode, size, mtime, ctime) is unchanged,
@@ -33,6 +36,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { fstatSync } from 'node:fs';
 import { type FileHandle, mkdir, open, readdir, rename, rm, stat, statfs, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import { fsyncDirectory, mkdirDurable } from '../../lib/fs-sync.ts';
 import { StorageError } from '../errors.ts';
 import type { ByteRange } from '../range.ts';
 import { type SliceDigests, sliceDigest, sliceRange } from '../slice-digests.ts';
@@ -53,7 +57,13 @@ export interface SliceCacheOptions {
   readonly maxFiles: number;
   readonly minFreeBytes: number;
   readonly log: SliceCacheLog;
+  /** Makes a written slice file durable before its rename (default its fsync); injectable for tests. */
+  readonly syncFile?: (handle: FileHandle) => Promise<void>;
+  /** Makes a directory's entries durable after a rename or mkdir in it (default fsyncDirectory); injectable for tests. */
+  readonly syncDirectory?: (dir: string) => Promise<void>;
 }
+
+const fsyncFile = (handle: FileHandle): Promise<void> => handle.sync();
 
 /** Opens a ranged read of a blob on the origin (the inner store's `openBlob(sha256, [range])`). */
 export type OriginRead = (range: ByteRange) => Promise<BlobReader>;
@@ -777,11 +787,16 @@ export class SliceCache {
           throw Object.assign(new Error(`short write at ${position} of ${bytes} bytes`), { code: 'ENOSPC' });
         position += bytesWritten;
       }
+      // Durable before it takes the slice's name, and the name after: a power cut leaves the slice
+      // whole or absent, as the directory store's blobs (see the header on what verifies it anyway).
+      await (this.#options.syncFile ?? fsyncFile)(handle);
       await handle.close();
       handle = undefined;
-      await mkdir(path.dirname(target), { recursive: true });
+      const syncDirectory = this.#options.syncDirectory ?? fsyncDirectory;
+      await mkdirDurable(path.dirname(target), path.join(this.#options.dir, 'slices'), syncDirectory);
       await rename(temp, target);
       renamed = true;
+      await syncDirectory(path.dirname(target));
       // rename moves ctime: the signature is taken after it.
       const after = await stat(target, { bigint: true });
       // What was hashed went to the file whole, or the file is not kept.
