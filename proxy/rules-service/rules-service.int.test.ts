@@ -3,6 +3,7 @@
  * (`arkvory rules-service serve`) over loopback. Overrides are edited through the service's admin
  * routes; the service is paused (SIGSTOP: connections accepted, nothing answered) and killed to show
  * the fail-open path, and a row written behind the service's back shows a malformed answer rejected.
+ * Started before its PostgreSQL (a real toxiproxy link, disabled), the service waits as a gateway does.
  * Every response the rules service gave is checked against proxy/openapi/rules-service.yaml.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -16,6 +17,7 @@ import { CLI, ROOT, runCli, makeTempDir, startGateway } from '../../test/support
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { startToxiproxy } from '../../chaos/support/toxiproxy.ts';
 
 const db = useTestDatabase();
 
@@ -30,19 +32,7 @@ const services: RulesServiceProcess[] = [];
 afterAll(async () => {
   for (const s of services) if (s.child.exitCode === null && s.child.signalCode === null) s.child.kill('SIGKILL');
   await Promise.all(services.map((s) => s.exited));
-  const lines = services.flatMap((s) =>
-    s
-      .logs()
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .flatMap((l) => {
-        try {
-          return [JSON.parse(l) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      }),
-  );
+  const lines = services.flatMap(logLines);
   const problems = undescribedResponses(await loadOpenApiDocument(RULES_SERVICE_OPENAPI_PATH), lines);
   if (problems.length)
     throw new Error(
@@ -50,7 +40,11 @@ afterAll(async () => {
     );
 });
 
-async function startRulesService(env: Record<string, string> = {}): Promise<RulesServiceProcess> {
+/** `waitFor: 'none'`: returns once spawned, for a service that does not serve yet (or exits). */
+async function startRulesService(
+  env: Record<string, string> = {},
+  options: { waitFor?: 'serving' | 'none' } = {},
+): Promise<RulesServiceProcess> {
   const port = await freeLoopbackPort();
   const child = spawn(process.execPath, [CLI, 'rules-service', 'serve'], {
     cwd: ROOT,
@@ -75,16 +69,49 @@ async function startRulesService(env: Record<string, string> = {}): Promise<Rule
   );
   const service = { url: `http://127.0.0.1:${port}`, child, logs: () => out, exited };
   services.push(service);
+  if (options.waitFor !== 'none') await untilServing(service);
+  return service;
+}
+
+async function untilServing(service: RulesServiceProcess): Promise<void> {
   for (let i = 0; i < 300; i++) {
-    if (child.exitCode !== null) throw new Error(`rules service exited:\n${out}`);
+    if (service.child.exitCode !== null) throw new Error(`rules service exited:\n${service.logs()}`);
     try {
-      if ((await fetch(`${service.url}/health/status`)).status === 200) return service;
+      if ((await fetch(`${service.url}/health/status`)).status === 200) return;
     } catch {
       // not listening yet
     }
     await sleep(50);
   }
-  throw new Error(`rules service did not start:\n${out}`);
+  throw new Error(`rules service did not start:\n${service.logs()}`);
+}
+
+/** The service's JSON log lines. */
+function logLines(service: RulesServiceProcess): Array<Record<string, unknown>> {
+  return service
+    .logs()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
+}
+
+const retryLines = (service: RulesServiceProcess) =>
+  logLines(service).filter((l) => l.msg === 'PostgreSQL not reachable at startup; retrying');
+
+/** Waits until the service has logged `count` startup retries; fails at once if it exits first. */
+async function untilRetried(service: RulesServiceProcess, count: number): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if (retryLines(service).length >= count) return;
+    if (service.child.exitCode !== null) throw new Error(`rules service exited:\n${service.logs()}`);
+    await sleep(25);
+  }
+  throw new Error(`rules service did not retry ${count} time(s):\n${service.logs()}`);
 }
 
 async function putOverride(
@@ -568,5 +595,77 @@ describe('overrides under hostile input (issue 35)', () => {
     expect((await putOverride(service, publisher.key, target, [{ ...shipped, action: 'log' }])).status).toBe(200);
     expect((await putOverride(service, publisher.key, target, [{ name: 'vip', action: 'skip' }])).status).toBe(200);
     expect(await stored()).toMatchObject([{ rules: [{ name: 'vip', action: 'skip' }] }]);
+  });
+});
+
+describe('rules service started before its PostgreSQL (a host boot, a failover)', () => {
+  it('retries with backoff and serves once the database appears; gives up after ARKVORY_DATABASE_STARTUP_WAIT_SECONDS; a SIGTERM while waiting exits 0 at once', async () => {
+    const toxiproxy = await startToxiproxy();
+    try {
+      // The database behind a real toxiproxy link, disabled: connections are refused.
+      const link = await toxiproxy.proxyToUrl(db.url);
+      const setEnabled = (enabled: boolean) =>
+        link.proxy.update({ enabled, listen: link.proxy.listen, upstream: link.proxy.upstream });
+      await setEnabled(false);
+      const env = { ARKVORY_DATABASE_URL: link.through(db.url) };
+      const [waiting, stopped, bounded] = await Promise.all([
+        startRulesService(env, { waitFor: 'none' }),
+        startRulesService(env, { waitFor: 'none' }),
+        startRulesService({ ...env, ARKVORY_DATABASE_STARTUP_WAIT_SECONDS: '1' }, { waitFor: 'none' }),
+      ]);
+
+      // Asked to stop while it waits: it does not wait out its sleep (nor the 60 s bound).
+      await untilRetried(stopped, 1);
+      const signalledAt = performance.now();
+      stopped.child.kill('SIGTERM');
+      expect(await stopped.exited).toBe(0);
+      expect(performance.now() - signalledAt).toBeLessThan(1500);
+      const stoppedLines = logLines(stopped);
+      const shutdownAt = stoppedLines.findIndex((l) => l.msg === 'shutting down');
+      expect(shutdownAt).toBeGreaterThan(0);
+      // At most the attempt already under way when the signal came.
+      expect(
+        stoppedLines.slice(shutdownAt).filter((l) => l.msg === 'PostgreSQL not reachable at startup; retrying').length,
+      ).toBeLessThanOrEqual(1);
+      expect(stoppedLines.some((l) => l.msg === 'listening')).toBe(false);
+
+      // Past its bound (1 s: 0.25 s, 0.5 s, then what is left) it exits 1, naming the variable.
+      expect(await bounded.exited).toBe(1);
+      expect(
+        retryLines(bounded)
+          .map((l) => l.retryInMs)
+          .slice(0, 2),
+      ).toEqual([250, 500]);
+      expect(bounded.logs()).toContain('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS=1');
+      expect(bounded.logs()).toContain('cannot start: PostgreSQL at');
+
+      // The database appears: the waiting service starts at its next attempt and answers.
+      await untilRetried(waiting, 2);
+      await setEnabled(true);
+      await untilServing(waiting);
+      const retries = retryLines(waiting);
+      expect(retries[0]).toMatchObject({
+        level: 'warn',
+        attempt: 1,
+        retryInMs: 250,
+        code: 'ECONNREFUSED',
+        target: `${link.host}:${link.port}`,
+      });
+      expect(retries.map((l) => l.retryInMs).slice(0, 2)).toEqual([250, 500]);
+      expect(logLines(waiting).find((l) => l.msg === 'PostgreSQL reachable; starting')).toMatchObject({
+        attempts: retries.length + 1,
+      });
+      const query = await fetch(`${waiting.url}/api/v1/rules/query`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ service: 'late', limiter: 'gateway_request', identifier: {} }),
+      });
+      expect(await query.json()).toEqual({ rules: [], ttl_s: 1, varies_by: [] });
+      expect(waiting.logs()).not.toContain(db.url);
+      waiting.child.kill('SIGTERM');
+      expect(await waiting.exited).toBe(0);
+    } finally {
+      await toxiproxy.stop();
+    }
   });
 });

@@ -13,7 +13,7 @@ import { systemClock } from '../../policy/clock.ts';
 import { createOverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
 import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
 import type { Config } from '../config/config.ts';
-import { createPool } from '../server/database.ts';
+import { createPool, waitForDatabaseAtStartup } from '../server/database.ts';
 import { checkDatabasePrivileges, databaseLoginVerifier } from '../server/privilege-startup.ts';
 import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
 import { QueryTokens } from './query-tokens.ts';
@@ -39,7 +39,12 @@ export async function runRulesService(
   secrets: StartSecrets = { env: {}, reads: new Map() },
 ): Promise<number> {
   const lifecycle = new Lifecycle();
-  const signals = watchStopSignals(log, () => lifecycle.set('draining', 'shutdown'));
+  // Cuts a startup wait for the database short: a stop asked for then exits 0 at once.
+  const stopping = new AbortController();
+  const signals = watchStopSignals(log, () => {
+    lifecycle.set('draining', 'shutdown');
+    stopping.abort();
+  });
 
   const rotation = new SecretRotation(config, secrets, {
     log: log.child({ component: 'secrets' }),
@@ -74,57 +79,67 @@ export async function runRulesService(
   let tls: ServedTls | undefined;
   let metricsServer: MetricsServer | undefined;
   try {
-    await checkDatabasePrivileges(config, pool, log);
+    // Before the database: a broken certificate pair refuses the start with its reason at once.
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
-    const pending = await pendingMigrations(pool);
-    if (pending.length)
-      throw new Error(
-        `the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`,
-      );
-    const { available } = await loadRuleFiles(undefined);
-    await auth.start();
-    authStarted = true;
-    const routes = rulesServiceRoutes({
-      store: createOverrideStore(pool),
-      available,
-      ttlSeconds: config.rulesService.ttlSeconds,
-      tokens,
-      clock: systemClock,
-      lifecycle,
-      bypassPublishers: config.rateLimitBypassPublishers,
-    });
-    server = createGatewayServer({
-      routes,
-      gates: [createAuthGate(auth, lifecycle, undefined, undefined, transportPolicy(config, systemClock))],
+    // PostgreSQL may come up after the service (a host boot, a failover): retry with backoff, as a gateway does.
+    const reached = await waitForDatabaseAtStartup(() => pool.query('SELECT 1'), {
+      config,
+      url: databaseUrl,
       log,
-      limits: config.frontDoor,
-      tls,
-      audit: createRequestAudit({
-        pool,
-        log: log.child({ component: 'audit' }),
-        trusted: createTrustedProxies(config.trustedProxies),
-      }),
+      signal: stopping.signal,
     });
-    if (config.metrics.port !== undefined)
-      metricsServer = await startRulesServiceMetricsServer(
-        config.metrics.port,
-        { frontDoor: server.frontDoor, tls },
-        log.child({ component: 'metrics' }),
-      );
-    const address = await server.listen(config.port, config.host);
-    tls?.start();
-    await rotation.start();
-    if (!signals.requested) lifecycle.set('serving');
-    log.info(
-      {
-        role: 'rules-service',
-        url: `${schemeOf(server.server)}://${address.address}:${address.port}`,
-        port: address.port,
+    if (reached === 'reachable') {
+      await checkDatabasePrivileges(config, pool, log);
+      const pending = await pendingMigrations(pool);
+      if (pending.length)
+        throw new Error(
+          `the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`,
+        );
+      const { available } = await loadRuleFiles(undefined);
+      await auth.start();
+      authStarted = true;
+      const routes = rulesServiceRoutes({
+        store: createOverrideStore(pool),
+        available,
         ttlSeconds: config.rulesService.ttlSeconds,
-        queryTokenRequired: config.rulesService.token !== undefined,
-      },
-      'listening',
-    );
+        tokens,
+        clock: systemClock,
+        lifecycle,
+        bypassPublishers: config.rateLimitBypassPublishers,
+      });
+      server = createGatewayServer({
+        routes,
+        gates: [createAuthGate(auth, lifecycle, undefined, undefined, transportPolicy(config, systemClock))],
+        log,
+        limits: config.frontDoor,
+        tls,
+        audit: createRequestAudit({
+          pool,
+          log: log.child({ component: 'audit' }),
+          trusted: createTrustedProxies(config.trustedProxies),
+        }),
+      });
+      if (config.metrics.port !== undefined)
+        metricsServer = await startRulesServiceMetricsServer(
+          config.metrics.port,
+          { frontDoor: server.frontDoor, tls },
+          log.child({ component: 'metrics' }),
+        );
+      const address = await server.listen(config.port, config.host);
+      tls?.start();
+      await rotation.start();
+      if (!signals.requested) lifecycle.set('serving');
+      log.info(
+        {
+          role: 'rules-service',
+          url: `${schemeOf(server.server)}://${address.address}:${address.port}`,
+          port: address.port,
+          ttlSeconds: config.rulesService.ttlSeconds,
+          queryTokenRequired: config.rulesService.token !== undefined,
+        },
+        'listening',
+      );
+    }
   } catch (err) {
     logStartupFailure(log, err);
     code = EXIT_FAILURE;

@@ -1,10 +1,12 @@
 import type pg from 'pg';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { clientClassFor, type ConnectionUrl } from '../../lib/connection-url.ts';
+import { clientClassFor, currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { PgClient } from '../../lib/pg-client.ts';
 import { ResilientPool } from '../../lib/resilient-pool.ts';
 import { DatabaseUnavailable, DeadlinePool, withStatementDeadline } from '../../lib/statement-deadline.ts';
+import { systemClock } from '../../policy/clock.ts';
 import type { Config } from '../config/config.ts';
 import { describeCertificateRefusal } from '../tls/peer-verification.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
@@ -211,6 +213,25 @@ export async function waitForDatabase(
       }
     }
   }
+}
+
+/**
+ * `waitForDatabase` as each serving process runs it before its first query (a gateway, a
+ * workers' instance, the rules service): bounded by ARKVORY_DATABASE_STARTUP_WAIT_SECONDS, on the
+ * system clock, its sleep cut short by `signal` (the process asked to stop).
+ */
+export function waitForDatabaseAtStartup(
+  probe: () => Promise<unknown>,
+  at: { config: Pick<Config, 'databaseStartupWaitMs'>; url: ConnectionUrl; log: Logger; signal: AbortSignal },
+): Promise<'reachable' | 'stopped'> {
+  return waitForDatabase(probe, {
+    boundMs: at.config.databaseStartupWaitMs,
+    target: databaseTarget(currentUrl(at.url)),
+    log: at.log,
+    monotonicMs: systemClock.monotonicMs,
+    sleep: (ms, signal) => sleep(ms, undefined, { signal }),
+    signal: at.signal,
+  });
 }
 
 /**

@@ -1,5 +1,4 @@
 /** `arkvory serve` for the gateway roles (api, reader, worker): proxy/server/serve.ts loads it. */
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { pendingMigrations, migrate } from '../../migrations/runner.ts';
 import { systemClock } from '../../policy/clock.ts';
@@ -8,7 +7,7 @@ import type { Coordinator, LeaseStanding } from '../../policy/lease/coordinator.
 import { openCoordinator } from './lease-coordinator.ts';
 import { buildApp } from './app.ts';
 import type { Config } from '../config/config.ts';
-import { createPool, databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
+import { createPool, openDatabase, waitForDatabaseAtStartup, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
 import { createRequestAudit } from '../audit/request-audit.ts';
 import { startUsageRecorder } from '../stats/usage-recorder.ts';
@@ -41,7 +40,6 @@ import { checkDatabasePrivileges, databaseLoginVerifier, registerPrivilegeMetric
 import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
 import { s3KeyVerifier } from '../content/storage.ts';
 import { registerSecretMetrics } from '../metrics/secret-metrics.ts';
-import { currentUrl } from '../../lib/connection-url.ts';
 import type { PrivilegeReport } from './database-privileges.ts';
 import { connectionShare, type WorkerInstance, type WorkerView } from '../workers/worker-instance.ts';
 import { createRemoteTransfers, type RemoteTransfers } from '../workers/remote-transfers.ts';
@@ -140,12 +138,10 @@ async function runGateway(
         log.info({ migrations: applied.map((m) => m.version) }, 'migrations applied to the embedded database');
     } else {
       // PostgreSQL may come up after the gateway (a host boot, a failover): retry with backoff.
-      const reached = await waitForDatabase(() => database!.pool.query('SELECT 1'), {
-        boundMs: config.databaseStartupWaitMs,
-        target: databaseTarget(currentUrl(database.url)),
+      const reached = await waitForDatabaseAtStartup(() => database!.pool.query('SELECT 1'), {
+        config,
+        url: database.url,
         log,
-        monotonicMs: systemClock.monotonicMs,
-        sleep: (ms, signal) => sleep(ms, undefined, { signal }),
         signal: stopping.signal,
       });
       if (reached === 'stopped') return await finish(log, built, server, database, config, EXIT.ok);

@@ -5,7 +5,6 @@
  * (policy-host.ts) and the console's sessions (remote-sessions.ts), and runs the workers
  * (supervisor.ts; docs/architecture.md, "Workers").
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { PgClient } from '../../lib/pg-client.ts';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
@@ -21,7 +20,7 @@ import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
 import { registerBandwidthMetrics } from '../metrics/bandwidth-metrics.ts';
 import { createGatewayMetrics } from '../metrics/gateway-metrics.ts';
 import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
-import { databaseTarget, waitForDatabase } from '../server/database.ts';
+import { waitForDatabaseAtStartup } from '../server/database.ts';
 import { openCoordinator } from '../server/lease-coordinator.ts';
 import { CacheDirClaim, usesSliceCache } from '../server/cache-dir-claim.ts';
 import { checkPortFree, prepareDataDir } from '../server/startup-checks.ts';
@@ -56,7 +55,7 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
     if (usesSliceCache(config))
       await removeStrayLayout(config.sliceCache.dir!, config.workers, log.child({ component: 'slice-cache' }));
     const databaseUrl = config.databaseUrl!;
-    const reached = await waitForDatabase(
+    const reached = await waitForDatabaseAtStartup(
       async () => {
         const probe = new PgClient({ connectionString: databaseUrl, connectionTimeoutMillis: 10_000 });
         probe.on('error', () => {});
@@ -66,14 +65,7 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
           await probe.end().catch(() => {});
         }
       },
-      {
-        boundMs: config.databaseStartupWaitMs,
-        target: databaseTarget(databaseUrl),
-        log,
-        monotonicMs: clock.monotonicMs,
-        sleep: (ms, signal) => sleep(ms, undefined, { signal }),
-        signal: supervisor.stopSignal,
-      },
+      { config, url: databaseUrl, log, signal: supervisor.stopSignal },
     );
     if (reached === 'stopped') return EXIT.ok;
     // The instance is one gateway: its writer barrier, policy check and slot lease are this
