@@ -28,8 +28,10 @@ JSON: a list of rules, or { rules: [...] }, in the schema of ARKVORY_RATE_LIMITS
 limiter's available properties. Gateways with ARKVORY_RULES_SERVICE_URL evaluate these rules before
 their local tiers; a change reaches them within ARKVORY_RULES_SERVICE_TTL_SECONDS (at most
 ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS) plus the query timeout. \`serve\` listens on ARKVORY_HOST and
-ARKVORY_PORT, needs ARKVORY_DATABASE_URL (migrated), guards the query route with
-ARKVORY_RULES_SERVICE_TOKEN when set, and takes admin keys on /api/v1/admin/rule-overrides.
+ARKVORY_PORT, needs ARKVORY_DATABASE_URL (migrated; at start it retries an unreachable PostgreSQL for
+up to ARKVORY_DATABASE_STARTUP_WAIT_SECONDS, then exits 1), answers 503 when a statement outlasts
+ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS, guards the query route with ARKVORY_RULES_SERVICE_TOKEN
+when set, and takes admin keys on /api/v1/admin/rule-overrides.
 \`list\` prints one page ({ overrides, nextCursor }): pass nextCursor to --cursor for the next one.
 Exit codes: 0 ok, 1 invalid rules, no such override or a bad --cursor, 2 usage (also a KIND other than
 principal or repository, or a --limit out of range, said before anything is opened).`,

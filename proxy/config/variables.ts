@@ -79,7 +79,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS',
     kind: { type: 'int', min: 0, max: 3600 },
     defaultValue: '60',
-    doc: 'How long startup keeps retrying an unreachable PostgreSQL (backoff 0.25 s doubling to 5 s, a warning per attempt) before it exits with code 1; 0 = give up at the first failure.',
+    doc: 'How long a gateway or the rules service keeps retrying an unreachable PostgreSQL at startup (backoff 0.25 s doubling to 5 s, a warning per attempt; SIGTERM meanwhile exits 0) before it exits with code 1; 0 = give up at the first failure.',
   },
   {
     name: 'ARKVORY_DATABASE_POOL_SIZE',
