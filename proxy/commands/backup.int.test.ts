@@ -8,7 +8,7 @@
 import { execFile, spawn } from 'node:child_process';
 import net from 'node:net';
 import { existsSync } from 'node:fs';
-import { cp, mkdir, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -18,7 +18,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { killRestoreAtBlob } from '../../test/support/killed-restore.ts';
+import { killEmbeddedRestoreBeforeCommit } from '../../test/support/killed-restore.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { FILE_STORE_KINDS } from '../../test/support/store-kinds.ts';
@@ -556,9 +556,6 @@ describe('a restore onto the embedded default killed partway', () => {
     });
     expect(made.code, made.stderr).toBe(0);
     const backup = (JSON.parse(made.stdout) as { backup: string }).backup;
-    // The last blob as a named pipe: opening it for writing returns once the restore reads it.
-    const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
-    await cp(backup, held, { recursive: true });
     const dataDir = await makeTempDir();
     const pidFile = path.join(dataDir, '.pg', 'postmaster.pid');
     onTestFinished(async () => {
@@ -570,7 +567,8 @@ describe('a restore onto the embedded default killed partway', () => {
         } catch {}
       }
     });
-    await killRestoreAtBlob(held, blobFile(held, bodies.map(sha256).sort().at(-1)!), { ARKVORY_DATA_DIR: dataDir });
+    // Killed in its transaction, every blob written under the restore's mark.
+    await killEmbeddedRestoreBeforeCommit(backup, { ARKVORY_DATA_DIR: dataDir });
     expect(existsSync(pidFile), 'the killed restore left its PostgreSQL running').toBe(true);
 
     const again = await runCli(['restore', backup], { ARKVORY_DATA_DIR: dataDir });

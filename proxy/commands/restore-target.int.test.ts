@@ -8,7 +8,7 @@ import { sealManifest, type BackupManifest } from '../../storage-adapter/backup/
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway } from '../../test/support/gateway.ts';
-import { killRestoreAtBlob } from '../../test/support/killed-restore.ts';
+import { killRestoreBeforeCommit } from '../../test/support/killed-restore.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { listKeys } from '../../test/support/s3-server.ts';
 import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
@@ -276,13 +276,10 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
 
   it('a restore killed partway leaves a root no gateway starts on; the same restore run again completes', async () => {
     const target = await freshTarget();
-    // The backup's last blob as a named pipe: opening it for writing returns once the restore opens
-    // it to read, that is, with every other blob already in the store.
-    const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
-    await cp(backup, held, { recursive: true });
-    await killRestoreAtBlob(held, path.join(held, blobName(lastBlob)), target.env);
+    // Killed in its transaction: every blob already in the store, nothing committed.
+    await killRestoreBeforeCommit(backup, target.env, target.db.url);
     const written = (await target.objects()).filter((n) => n.startsWith('blobs/'));
-    expect(written).toHaveLength(bodies.length - 1);
+    expect(written).toHaveLength(bodies.length);
 
     // Part of a backup and no installation: a gateway refuses the root instead of starting a fresh one on it.
     const started = await startGateway({ env: target.env, dataDir: target.env.ARKVORY_DATA_DIR }).then(
@@ -350,6 +347,16 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain(`blob_missing: the backup lacks blob ${lastBlob}`);
     expect(missing.stderr).toContain('the restore was rolled back: the target database and storage root are empty');
+    expect(await target.objects(), 'every blob the failed restore wrote is gone').toEqual([]);
+    expect(await target.probe.read('storage-id')).toBeUndefined();
+    expect(await tableRows(target.db)).toEqual(empty);
+
+    //    The same blob as a named pipe: refused at its open, without waiting for a writer, and rolled back.
+    await promisify(execFile)('mkfifo', [path.join(damaged, blobName(lastBlob))]);
+    const pipe = await runCli(['restore', damaged], target.env);
+    expect(pipe.code).toBe(1);
+    expect(pipe.stderr).toContain(`backup_invalid: ${path.join(damaged, blobName(lastBlob))} is not a regular file`);
+    expect(pipe.stderr).toContain('the restore was rolled back: the target database and storage root are empty');
     expect(await target.objects(), 'every blob the failed restore wrote is gone').toEqual([]);
     expect(await target.probe.read('storage-id')).toBeUndefined();
     expect(await tableRows(target.db)).toEqual(empty);
@@ -439,9 +446,7 @@ describe('a restore that cannot empty what a killed restore left (directory stor
     drops.push(db.drop);
     const dataDir = await makeTempDir();
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir };
-    const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
-    await cp(backup, held, { recursive: true });
-    await killRestoreAtBlob(held, path.join(held, blobName(lastBlob)), env);
+    await killRestoreBeforeCommit(backup, env, db.url);
     // The blob restored first is in the root; its directory read-only (a bind mount) stands for an
     // emptying cut short (a kill, an I/O error) with part of the blobs still there.
     const firstBlob = bodies.map(sha256).sort()[0]!;

@@ -23,10 +23,10 @@ import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
 import { recordSliceDigests } from '../catalog/slice-rows.ts';
 import { DEFAULT_SLICE_BYTES, SliceHasher, type SliceDigests } from '../slice-digests.ts';
 import type { OpenedArtifactStore, ArtifactStore } from '../store.ts';
-import { fileChunks } from './blob-copy.ts';
 import { dumpLines, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
 import { DATABASE_FILE, type SealedManifest } from './manifest.ts';
+import { regularFileChunks } from './small-file.ts';
 import { openBackup, readRuleDocuments } from './verify.ts';
 import { inTransaction } from '../../lib/transaction.ts';
 
@@ -302,8 +302,9 @@ function rolledBack(err: unknown, where: string, emptied: Emptied): unknown {
 }
 
 /**
- * A blob file of the backup as a body, noting whether it was missing or did not match (size,
- * sha256), and its slice digests once read whole and matching.
+ * A blob file of the backup as a body, noting whether it was missing, not a regular file (`refused`:
+ * a named pipe would otherwise hold the restore until a writer came) or did not match (size, sha256),
+ * and its slice digests once read whole and matching.
  */
 function backupBlob(
   file: string,
@@ -312,9 +313,11 @@ function backupBlob(
 ): {
   readonly chunks: AsyncIterable<Buffer>;
   readonly fault: 'missing' | 'corrupt' | undefined;
+  readonly refused: BackupError | undefined;
   readonly slices: SliceDigests | undefined;
 } {
   let fault: 'missing' | 'corrupt' | undefined;
+  let refused: BackupError | undefined;
   let slices: SliceDigests | undefined;
   async function* chunks(): AsyncGenerator<Buffer> {
     const hash = createHash('sha256');
@@ -322,7 +325,7 @@ function backupBlob(
     let bytes = 0;
     try {
       // One byte past its size at most: a blob replaced by a link to /dev/zero is corrupt, not read without end.
-      for await (const chunk of fileChunks(file, blob.sizeBytes + 1)) {
+      for await (const chunk of regularFileChunks(file, blob.sizeBytes + 1)) {
         hash.update(chunk);
         sliceHasher.update(chunk);
         bytes += chunk.length;
@@ -331,6 +334,7 @@ function backupBlob(
       }
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') fault = 'missing';
+      if (err instanceof BackupError) refused = err;
       throw err;
     }
     if (bytes !== blob.sizeBytes || hash.digest('hex') !== blob.sha256) fault = 'corrupt';
@@ -340,6 +344,9 @@ function backupBlob(
     chunks: chunks(),
     get fault() {
       return fault;
+    },
+    get refused() {
+      return refused;
     },
     get slices() {
       return slices;
@@ -402,6 +409,7 @@ async function restoreAllOrNothing(
           // Each store wraps what its body threw in its own error (an HTTP or S3 store as a failed
           // PUT): the backup's own fault is told by what the reader saw.
           if (source.fault === 'missing') throw new BackupError('blob_missing', `the backup lacks blob ${blob.sha256}`);
+          if (source.refused) throw source.refused;
           if (source.fault === 'corrupt' || (err as { code?: unknown }).code === 'invalid_request')
             throw new BackupError(
               'blob_corrupt',

@@ -1,6 +1,6 @@
 /**
- * Reading a backup's files (the manifest, the rule documents, the database file): only a regular
- * file, and only up to a cap, so a named pipe does not hang `--verify` or a restore and a huge file
+ * Reading a backup's files (the manifest, the rule documents, the database file, the blobs): only a
+ * regular file, and only up to a cap, so a named pipe does not hang `--verify` or a restore and a huge file
  * (or a link to /dev/zero) is not read without end. Missing is ENOENT, as `readFile` says it; the
  * rest is `backup_invalid`.
  */
@@ -51,6 +51,26 @@ export async function* backupFileChunks(file: string, maxBytes: number): AsyncGe
   const { handle } = await openBackupFile(file, maxBytes);
   try {
     yield* handleChunks(handle, file, maxBytes);
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * The first `maxBytes` bytes of a backup's file that must be a regular file (a blob): a named pipe,
+ * a device or a directory there is `backup_invalid` naming the file, found at its non-blocking open
+ * before a byte is read; any size is read, up to `maxBytes`, for the caller to judge.
+ */
+export async function* regularFileChunks(file: string, maxBytes: number): AsyncGenerator<Buffer> {
+  const { handle } = await openBackupFile(file, Number.MAX_SAFE_INTEGER);
+  try {
+    for (let position = 0; position < maxBytes; ) {
+      const buffer = Buffer.alloc(Math.min(CHUNK, maxBytes - position));
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, position);
+      if (bytesRead === 0) return;
+      position += bytesRead;
+      yield buffer.subarray(0, bytesRead);
+    }
   } finally {
     await handle.close();
   }

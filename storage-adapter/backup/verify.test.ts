@@ -2,16 +2,24 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
-import { mkdtemp, open, rm, symlink, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, rm, symlink, truncate, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fileChunks } from './blob-copy.ts';
 import { checkDatabaseFile, referencedBlobs } from './database-file.ts';
-import { DATABASE_FILE, MANIFEST_FILE, RULE_DOCUMENTS_FILE, type SealedManifest } from './manifest.ts';
-import { MANIFEST_MAX_BYTES, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
-import { openBackup, readRuleDocuments } from './verify.ts';
+import { blobRelativePath } from '../paths.ts';
+import {
+  BACKUP_FORMAT,
+  DATABASE_FILE,
+  MANIFEST_FILE,
+  RULE_DOCUMENTS_FILE,
+  sealManifest,
+  type SealedManifest,
+} from './manifest.ts';
+import { MANIFEST_MAX_BYTES, regularFileChunks, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
+import { openBackup, readRuleDocuments, verifyBackup } from './verify.ts';
 
 const dirs: string[] = [];
 afterEach(async () => {
@@ -136,5 +144,73 @@ describe('reading the database file and the blobs of a backup', () => {
     let bytes = 0;
     for await (const chunk of fileChunks('/dev/zero', 3 * 1024 * 1024 + 1)) bytes += chunk.length;
     expect(bytes).toBe(3 * 1024 * 1024 + 1);
+  }, 15_000);
+});
+
+describe('reading the blobs of a backup', () => {
+  const BODY = Buffer.from('a blob');
+  const SHA = createHash('sha256').update(BODY).digest('hex');
+
+  /** A sealed backup of one artifact whose blob file is left to the test. */
+  async function backupOfOneBlob(): Promise<{ dir: string; blob: string }> {
+    const dir = await backupDir();
+    const rows = `${JSON.stringify({ table: 'arkvory_artifacts', row: { sha256: SHA, size_bytes: BODY.length } })}\n`;
+    await writeFile(path.join(dir, DATABASE_FILE), rows);
+    await writeFile(
+      path.join(dir, MANIFEST_FILE),
+      sealManifest({
+        format: BACKUP_FORMAT,
+        snapshotTime: '2026-01-01T00:00:00.000Z',
+        completedAt: '2026-01-01T00:00:01.000Z',
+        storageId: '00000000-0000-4000-8000-000000000000',
+        store: { kind: 'directory', location: '/nowhere' },
+        schemaVersion: 1,
+        tables: [{ name: 'arkvory_artifacts', rows: 1, restored: true }],
+        database: {
+          file: DATABASE_FILE,
+          bytes: rows.length,
+          sha256: createHash('sha256').update(rows).digest('hex'),
+        },
+        blobs: { count: 1, bytes: BODY.length },
+        ruleDocuments: null,
+      } as Parameters<typeof sealManifest>[0]),
+    );
+    const blob = path.join(dir, blobRelativePath(SHA));
+    await mkdir(path.dirname(blob), { recursive: true });
+    return { dir, blob };
+  }
+
+  it('--verify refuses a blob that is a named pipe, naming it, without waiting for a writer', async () => {
+    const { dir, blob } = await backupOfOneBlob();
+    await promisify(execFile)('mkfifo', [blob]);
+    await expect(unblocking(verifyBackup(dir), blob)).rejects.toMatchObject({
+      code: 'backup_invalid',
+      message: `${blob} is not a regular file`,
+    });
+    await rm(blob);
+    await writeFile(blob, BODY);
+    await expect(verifyBackup(dir)).resolves.toMatchObject({ ok: true, checked: 1, bytes: BODY.length });
+  }, 15_000);
+
+  it('reads a blob only from a regular file, and no further than asked', async () => {
+    const { blob } = await backupOfOneBlob();
+    await promisify(execFile)('mkfifo', [blob]);
+    const read = async (file: string, maxBytes: number) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of regularFileChunks(file, maxBytes)) chunks.push(chunk);
+      return Buffer.concat(chunks);
+    };
+    await expect(unblocking(read(blob, 10), blob)).rejects.toMatchObject({
+      code: 'backup_invalid',
+      message: `${blob} is not a regular file`,
+    });
+    await rm(blob);
+    await symlink('/dev/zero', blob);
+    await expect(read(blob, 10)).rejects.toMatchObject({ message: `${blob} is not a regular file` });
+    await rm(blob);
+    await writeFile(blob, BODY);
+    expect((await read(blob, 3)).toString()).toBe('a b');
+    expect((await read(blob, BODY.length + 1)).equals(BODY)).toBe(true);
+    await expect(read(path.join(path.dirname(blob), 'gone'), 1)).rejects.toMatchObject({ code: 'ENOENT' });
   }, 15_000);
 });

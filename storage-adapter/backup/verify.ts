@@ -2,11 +2,11 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { blobRelativePath } from '../paths.ts';
-import { fileChunks, hashStream } from './blob-copy.ts';
+import { hashStream } from './blob-copy.ts';
 import { checkDatabaseFile, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
 import { DATABASE_FILE, MANIFEST_FILE, openManifest, RULE_DOCUMENTS_FILE, type SealedManifest } from './manifest.ts';
-import { MANIFEST_MAX_BYTES, readSmallFile, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
+import { MANIFEST_MAX_BYTES, readSmallFile, regularFileChunks, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
 
 export interface VerifyReport {
   backup: string;
@@ -71,7 +71,10 @@ export async function verifyBackup(
   for (const blob of blobs) {
     try {
       // One byte past its size at most: a blob replaced by a link to /dev/zero is corrupt, not read without end.
-      const seen = await hashStream(fileChunks(path.join(dir, blobRelativePath(blob.sha256)), blob.sizeBytes + 1));
+      // Only a regular file (small-file.ts): a named pipe is refused at its non-blocking open, not waited on.
+      const seen = await hashStream(
+        regularFileChunks(path.join(dir, blobRelativePath(blob.sha256)), blob.sizeBytes + 1),
+      );
       report.bytes += seen.bytes;
       if (seen.sha256 !== blob.sha256) report.corrupt.push({ blob: blob.sha256, actualSha256: seen.sha256 });
     } catch (err) {

@@ -1,30 +1,134 @@
-/** A restore killed part-way at a known point: for tests of what such a restore leaves behind. */
-import { execFile, spawn } from 'node:child_process';
-import { constants } from 'node:fs';
-import { open, rm } from 'node:fs/promises';
-import { promisify } from 'node:util';
-import { processEnv } from '../harness/index.ts';
+/**
+ * A restore killed part-way at a known point: for tests of what such a restore leaves behind. The
+ * point is its transaction, after every blob is in the store and before the commit: a statement
+ * trigger of the target database holds the restore's DELETE of arkvory_principals (loadDatabase
+ * empties each restorable table first) in pg_sleep, and the restore is killed while it waits there.
+ * The backup stays as it was (a restore refuses a blob that is not a regular file, so a named pipe
+ * can no longer stand in for a slow blob).
+ */
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import pg from 'pg';
+import { pino } from 'pino';
+import { migrate } from '../../migrations/runner.ts';
+import { startEmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
+import { processEnv, waitUntil } from '../harness/index.ts';
 import { CLI, ROOT } from './gateway.ts';
 
+const HOLD = 'test_restore_hold';
+/** The restore's connections (backup-commands.ts, openRestoreDatabase). */
+const RESTORE_APPLICATION = 'arkvory-restore';
+
 /**
- * Replaces the blob file `blob` of the backup copy `held` with a named pipe, runs `arkvory restore
- * held` with `env`, and kills it with SIGKILL once it opens that blob (opening the pipe for writing
- * returns then). Throws if the restore ends before reading it.
+ * Migrates the target database `pool` (an empty migrated database is a restore target as an empty
+ * one is) and makes every DELETE of arkvory_principals wait an hour, until `release`.
  */
-export async function killRestoreAtBlob(held: string, blob: string, env: Record<string, string>): Promise<void> {
-  await rm(blob);
-  await promisify(execFile)('mkfifo', [blob]);
-  const child = spawn(process.execPath, [CLI, 'restore', held], { cwd: ROOT, env: processEnv(env), stdio: 'ignore' });
-  const exited = new Promise((resolve) => child.on('exit', resolve));
-  const writing = open(blob, 'w');
-  const first = await Promise.race([writing.then(() => 'reading' as const), exited.then(() => 'exited' as const)]);
-  if (first === 'exited') {
-    // Let the pending open of the pipe finish, then fail.
-    await (await open(blob, constants.O_RDONLY | constants.O_NONBLOCK)).close();
-    await (await writing).close();
-    throw new Error('the restore exited before it read the blob');
+async function hold(pool: pg.Pool): Promise<void> {
+  await migrate(pool);
+  await pool.query(
+    `CREATE FUNCTION ${HOLD}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3600); RETURN NULL; END $$`,
+  );
+  await pool.query(
+    `CREATE TRIGGER ${HOLD} BEFORE DELETE ON arkvory_principals FOR EACH STATEMENT EXECUTE FUNCTION ${HOLD}()`,
+  );
+}
+
+/** The restore's backends held by the trigger. */
+async function heldBackends(pool: pg.Pool): Promise<number[]> {
+  const { rows } = await pool.query<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 AND wait_event = 'PgSleep'`,
+    [RESTORE_APPLICATION],
+  );
+  return rows.map((r) => r.pid);
+}
+
+/** Ends the held backend of a killed restore (its transaction rolls back) and removes the trigger. */
+async function release(pool: pg.Pool, backends: readonly number[]): Promise<void> {
+  for (const pid of backends) await pool.query('SELECT pg_terminate_backend($1)', [pid]);
+  await waitUntil(async () => (await heldBackends(pool)).length === 0, { what: 'the held restore backend to end' });
+  await pool.query(`DROP TRIGGER ${HOLD} ON arkvory_principals`);
+  await pool.query(`DROP FUNCTION ${HOLD}()`);
+}
+
+/**
+ * Runs `arkvory restore backup` with `env` and kills it (SIGKILL) in its transaction, once it waits
+ * there; `database()` gives the target database while the restore runs (it may be one the restore
+ * started). Throws if the restore ends before it gets there.
+ */
+async function killHeldRestore(backup: string, env: Record<string, string>, database: () => Promise<pg.Pool>) {
+  const child = spawn(process.execPath, [CLI, 'restore', backup], { cwd: ROOT, env: processEnv(env), stdio: 'ignore' });
+  let code: number | string | undefined;
+  const exited = new Promise<number | string>((resolve) =>
+    child.on('exit', (c, signal) => {
+      code = c ?? signal ?? 'unknown';
+      resolve(code);
+    }),
+  );
+  let pool: pg.Pool | undefined;
+  try {
+    let held: number[] = [];
+    await waitUntil(
+      async () => {
+        if (code !== undefined) throw new Error(`the restore exited (${code}) before its transaction`);
+        pool ??= await database();
+        held = await heldBackends(pool);
+        return held.length > 0;
+      },
+      { what: 'the restore to wait in its transaction', timeoutMs: 60_000, retryOnError: true },
+    ).catch((err: unknown) => {
+      if (code !== undefined) throw new Error(`the restore exited (${code}) before its transaction`);
+      throw err;
+    });
+    child.kill('SIGKILL');
+    await exited;
+    await release(pool!, held);
+  } finally {
+    if (code === undefined) child.kill('SIGKILL');
+    await pool?.end();
   }
-  child.kill('SIGKILL');
-  await exited;
-  await (await writing).close();
+}
+
+/** A restore into the database `url` (its env's ARKVORY_DATABASE_URL) killed before its commit. */
+export async function killRestoreBeforeCommit(backup: string, env: Record<string, string>, url: string): Promise<void> {
+  const pool = new pg.Pool({ connectionString: url, max: 1 });
+  try {
+    await hold(pool);
+  } finally {
+    await pool.end();
+  }
+  await killHeldRestore(backup, env, async () => new pg.Pool({ connectionString: url, max: 1 }));
+}
+
+/**
+ * A restore onto the embedded database under `env.ARKVORY_DATA_DIR` killed before its commit: the
+ * cluster is made here first (as the restore would make it), and reached while the killed restore's
+ * PostgreSQL runs by its port (postmaster.pid) and password (.pg.password). That PostgreSQL outlives
+ * the restore.
+ */
+export async function killEmbeddedRestoreBeforeCommit(backup: string, env: Record<string, string>): Promise<void> {
+  const dataDir = env.ARKVORY_DATA_DIR!;
+  const embedded = await startEmbeddedDatabase(dataDir, pino({ level: 'silent' }));
+  try {
+    // Without its query (the product's client options, which this plain client does not take).
+    const pool = new pg.Pool({ connectionString: embedded.url.split('?')[0], max: 1 });
+    try {
+      await hold(pool);
+    } finally {
+      await pool.end();
+    }
+  } finally {
+    await embedded.stop();
+  }
+  await killHeldRestore(backup, env, async () => {
+    const port = (await readFile(path.join(dataDir, '.pg', 'postmaster.pid'), 'utf8')).split('\n')[3]?.trim();
+    const password = (await readFile(path.join(dataDir, '.pg.password'), 'utf8')).trim();
+    const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    await pool.query('SELECT 1').catch(async (err: unknown) => {
+      await pool.end();
+      throw err;
+    });
+    return pool;
+  });
 }
