@@ -8,7 +8,7 @@ import { generateKey, KEY_PATTERN } from './key-format.ts';
 import { SCOPES, type Scope } from './principal.ts';
 import type { Permission } from './authorize.ts';
 import { normalizeSan } from './client-certificate.ts';
-import { decodeCursor, PAGE_MAX_LIMIT, type Page, type PageRequest, pageLimit, pageOf } from './page.ts';
+import { CURSORS, decodeCursor, PAGE_MAX_LIMIT, type Page, type PageRequest, pageLimit, pageOf } from './page.ts';
 
 export interface PrincipalRow {
   id: string;
@@ -241,12 +241,12 @@ export class AdminStore {
   /** One page of principals, by name. */
   async listPrincipals(page: PageRequest = {}): Promise<Page<PrincipalRow>> {
     const limit = pageLimit(page.limit);
-    const after = decodeCursor(page.cursor, 1);
+    const after = decodeCursor(page.cursor, CURSORS.principals);
     const r = await this.#pool.query(
       'SELECT * FROM arkvory_principals WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2',
       [after?.[0] ?? null, limit + 1],
     );
-    return pageOf(r.rows.map(toPrincipal), limit, (p) => [p.name]);
+    return pageOf(r.rows.map(toPrincipal), limit, CURSORS.principals, (p) => [p.name]);
   }
 
   /**
@@ -259,7 +259,7 @@ export class AdminStore {
     repositories: Array<{ name: string; createdAt: string }>;
   }> {
     const limit = pageLimit(page.limit);
-    const after = decodeCursor(page.cursor, 1);
+    const after = decodeCursor(page.cursor, CURSORS.access);
     const r = await this.#pool.query<{
       principals: Array<Record<string, unknown>> | null;
       repositories: Array<Record<string, unknown>> | null;
@@ -293,7 +293,7 @@ export class AdminStore {
       grants: entry.grants as Array<{ repository: string; permission: Permission }>,
     }));
     return {
-      principals: pageOf(principals, limit, (p) => [p.name]),
+      principals: pageOf(principals, limit, CURSORS.access, (p) => [p.name]),
       repositories: (row.repositories ?? []).map((x) => ({
         name: x.name as string,
         createdAt: new Date(x.created_at as string).toISOString(),
@@ -361,8 +361,8 @@ export class AdminStore {
   /** One page of a principal's keys, oldest first. */
   async listKeys(principalRef: string, page: PageRequest = {}): Promise<Page<KeyRow>> {
     const limit = pageLimit(page.limit);
-    // Microseconds fit 18 digits until the year 33658; 19 may pass a bigint, which PostgreSQL refuses with a 500.
-    const after = decodeCursor(page.cursor, 2, [/^[0-9]{1,18}$/]);
+    // Its microseconds at most 18 digits (page.ts): 19 may pass a bigint, which PostgreSQL refuses with a 500.
+    const after = decodeCursor(page.cursor, CURSORS.keys);
     const p = await this.findPrincipal(principalRef);
     // The cursor keeps created_at in microseconds as text: a JS Date would round it to milliseconds.
     const r = await this.#pool.query(
@@ -371,7 +371,7 @@ export class AdminStore {
        ORDER BY created_at, key_id LIMIT $4`,
       [p.id, after?.[0] ?? null, after?.[1] ?? null, limit + 1],
     );
-    const found = pageOf(r.rows, limit, (row) => [row.created_us as string, row.key_id as string]);
+    const found = pageOf(r.rows, limit, CURSORS.keys, (row) => [row.created_us as string, row.key_id as string]);
     return { items: found.items.map(toKey), nextCursor: found.nextCursor };
   }
 
@@ -445,7 +445,7 @@ export class AdminStore {
   /** One page of a principal's certificate bindings, by SAN. */
   async listCertificates(principalRef: string, page: PageRequest = {}): Promise<Page<CertificateBindingRow>> {
     const limit = pageLimit(page.limit);
-    const after = decodeCursor(page.cursor, 1);
+    const after = decodeCursor(page.cursor, CURSORS.certificates);
     const p = await this.findPrincipal(principalRef);
     const r = await this.#pool.query(
       `SELECT * FROM arkvory_certificate_bindings WHERE principal_id = $1 AND ($2::text IS NULL OR san > $2)
@@ -455,6 +455,7 @@ export class AdminStore {
     return pageOf(
       r.rows.map((row) => toBinding(row, p.name)),
       limit,
+      CURSORS.certificates,
       (b) => [b.san],
     );
   }
@@ -474,7 +475,7 @@ export class AdminStore {
   /** One page of repositories, by name. */
   async listRepositories(page: PageRequest = {}): Promise<Page<{ name: string; createdAt: string }>> {
     const limit = pageLimit(page.limit);
-    const after = decodeCursor(page.cursor, 1);
+    const after = decodeCursor(page.cursor, CURSORS.repositories);
     const r = await this.#pool.query(
       'SELECT * FROM arkvory_repositories WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2',
       [after?.[0] ?? null, limit + 1],
@@ -482,6 +483,7 @@ export class AdminStore {
     return pageOf(
       r.rows.map((row) => ({ name: row.name as string, createdAt: (row.created_at as Date).toISOString() })),
       limit,
+      CURSORS.repositories,
       (row) => [row.name],
     );
   }
@@ -641,7 +643,7 @@ export class AdminStore {
   /** One page of grants (of one principal, or of all), by principal name and repository. */
   async listGrants(principalRef?: string, page: PageRequest = {}): Promise<Page<GrantRow>> {
     const limit = pageLimit(page.limit);
-    const after = decodeCursor(page.cursor, 2);
+    const after = decodeCursor(page.cursor, CURSORS.grants);
     const p = principalRef === undefined ? undefined : await this.findPrincipal(principalRef);
     const r = await this.#pool.query(
       `SELECT g.principal_id, p.name, g.repository, g.permission FROM arkvory_grants g JOIN arkvory_principals p ON p.id = g.principal_id
@@ -657,6 +659,7 @@ export class AdminStore {
         permission: row.permission,
       })),
       limit,
+      CURSORS.grants,
       (g) => [g.principalName, g.repository],
     );
   }

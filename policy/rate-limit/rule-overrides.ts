@@ -6,7 +6,7 @@
  */
 import { jsonbText } from '../../lib/jsonb-text.ts';
 import type pg from 'pg';
-import { decodeCursor, type Page, type PageRequest, pageLimit, pageOf } from '../auth/page.ts';
+import { CURSORS, decodeCursor, type Page, type PageRequest, pageLimit, pageOf } from '../auth/page.ts';
 import { bypassesIn, describeBypass } from './document-changes.ts';
 import type { RuleProblem } from './errors.ts';
 import { valueOf, type Identifier } from './match.ts';
@@ -166,7 +166,7 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
     },
     async list(filter = {}, page = {}) {
       const limit = pageLimit(page.limit);
-      const after = decodeCursor(page.cursor, 4);
+      const after = decodeCursor(page.cursor, CURSORS.ruleOverrides);
       const { rows } = await pool.query<Row>(
         `SELECT * FROM arkvory_rule_overrides
          WHERE ($1::text IS NULL OR service = $1) AND ($2::text IS NULL OR limiter = $2)
@@ -174,7 +174,12 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
          ORDER BY service, limiter, subject_kind, subject LIMIT $7`,
         [filter.service ?? null, filter.limiter ?? null, ...(after ?? [null, null, null, null]), limit + 1],
       );
-      return pageOf(rows.map(fromRow), limit, (o) => [o.service, o.limiter, o.subjectKind, o.subject]);
+      return pageOf(rows.map(fromRow), limit, CURSORS.ruleOverrides, (o) => [
+        o.service,
+        o.limiter,
+        o.subjectKind,
+        o.subject,
+      ]);
     },
     async lookup(service, limiter, identifier) {
       const { rows } = await pool.query<{ subject_kind: SubjectKind; rules: RuleSpec[] | null }>(

@@ -27,7 +27,7 @@ import {
 } from './rules.ts';
 import { withTimeout } from './timeout.ts';
 import { writeWithin } from './bounded-write.ts';
-import { decodeCursor, encodeCursor, type Page, type PageRequest, pageLimit } from '../auth/page.ts';
+import { CURSORS, decodeCursor, encodeCursor, type Page, type PageRequest, pageLimit } from '../auth/page.ts';
 import { refuseBypassRules, seededDocuments, withoutPublished, withPublished } from './document-changes.ts';
 import { documentBoundProblems } from './document-bounds.ts';
 import { collectOrphanDocuments } from './orphan-documents.ts';
@@ -313,10 +313,13 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     },
     async showPage(page) {
       const limit = pageLimit(page.limit);
-      const after = decodeCursor(page.cursor, 1)?.[0];
+      const after = decodeCursor(page.cursor, CURSORS.limiters)?.[0];
       const names = [...limiters].sort().filter((name) => after === undefined || name > after);
       const shown = names.slice(0, limit);
-      return { items: await readViews(shown), nextCursor: names.length > limit ? encodeCursor([shown.at(-1)!]) : null };
+      return {
+        items: await readViews(shown),
+        nextCursor: names.length > limit ? encodeCursor(CURSORS.limiters, [shown.at(-1)!]) : null,
+      };
     },
     collectOrphans,
     status() {

@@ -7,7 +7,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { encodeCursor } from '../../policy/auth/page.ts';
+import { CURSORS, encodeCursor } from '../../policy/auth/page.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const db = useTestDatabase();
@@ -226,21 +226,43 @@ describe("a forged cursor or a NUL in a filter is the client's fault: 400, never
   it.each([
     [
       'a keys cursor that is no microsecond count',
-      () => `/principals/${admin.principalId}/keys?cursor=${encodeCursor(['abc', 'x'])}`,
+      () => `/principals/${admin.principalId}/keys?cursor=${encodeCursor(CURSORS.keys, ['abc', 'x'])}`,
     ],
     [
       'a keys cursor past the largest bigint',
-      () => `/principals/${admin.principalId}/keys?cursor=${encodeCursor(['9999999999999999999', 'x'])}`,
+      () => `/principals/${admin.principalId}/keys?cursor=${encodeCursor(CURSORS.keys, ['9999999999999999999', 'x'])}`,
     ],
-    ['a principals cursor holding a NUL', () => `/principals?cursor=${encodeCursor(['a\u0000'])}`],
-    ['a grants cursor holding a NUL', () => `/grants?cursor=${encodeCursor(['a\u0000', 'b'])}`],
+    ['a principals cursor holding a NUL', () => `/principals?cursor=${encodeCursor(CURSORS.principals, ['a\u0000'])}`],
+    ['a grants cursor holding a NUL', () => `/grants?cursor=${encodeCursor(CURSORS.grants, ['a\u0000', 'b'])}`],
     ['an audit filter holding a NUL', () => '/audit?principal=a%00b'],
-    ['an audit cursor past the largest bigint', () => `/audit?cursor=${encodeCursor(['9999999999999999999'])}`],
+    [
+      'an audit cursor past the largest bigint',
+      () => `/audit?cursor=${encodeCursor(CURSORS.audit, ['9999999999999999999'])}`,
+    ],
     ['a usage filter holding a NUL', () => '/stats/principals?principal=a%00b'],
   ])('%s', async (_name, path) => {
     const res = await call('GET', `/api/v1/admin${path()}`);
     expect(res.status).toBe(400);
     expect(res.body).toMatchObject({ code: 'invalid_request' });
+  });
+
+  it('a cursor no listing gave, and one another listing gave, are told apart (as the CLI tells them, exit 2)', async () => {
+    const forged = await call('GET', '/api/v1/admin/principals?cursor=bm90IGEgY3Vyc29y');
+    expect(forged.status).toBe(400);
+    expect(forged.body).toMatchObject({
+      code: 'invalid_request',
+      message: 'cursor is not valid: no listing gave it; start without it',
+    });
+    // A principals cursor has the shape of a repositories one (a name): refused, not taken as a place.
+    const foreign = await call(
+      'GET',
+      `/api/v1/admin/repositories?cursor=${encodeCursor(CURSORS.principals, ['alice'])}`,
+    );
+    expect(foreign.status).toBe(400);
+    expect(foreign.body).toMatchObject({
+      code: 'invalid_request',
+      message: 'cursor was made for the principals listing, not this one (repositories); start without it',
+    });
   });
 });
 

@@ -225,8 +225,8 @@ describe('rule views', () => {
     } while (cursor);
     expect(seen).toEqual(limiters);
     const refused = await runCli(['ratelimit', 'show', '--cursor', 'forged!'], env);
-    expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/cursor is not one this listing gave/);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/--cursor is not valid: no listing gave it/);
   });
 });
 

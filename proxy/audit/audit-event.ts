@@ -4,7 +4,7 @@
  * the actions; test/contract checks that list against this catalogue.
  */
 import { parseInstant } from '../../lib/calendar-date.ts';
-import { decodeCursor, pageLimit } from '../../policy/auth/page.ts';
+import { CURSORS, decodeCursor, invalidCursor, pageLimit } from '../../policy/auth/page.ts';
 import { GatewayError } from '../server/errors.ts';
 
 /** Every action the trail records, with what it means. Names are `<noun>.<verb>`, stable once released. */
@@ -145,11 +145,10 @@ export function parseAuditFilter(raw: {
   }
   if (raw.since) filter.since = instant(raw.since, 'since');
   if (raw.until) filter.until = instant(raw.until, 'until');
-  const cursor = decodeCursor(raw.cursor, 1);
+  const cursor = decodeCursor(raw.cursor, CURSORS.audit);
   if (cursor) {
     // The id is compared as ::bigint: 19 digits can exceed it, and PostgreSQL would refuse with a 500.
-    if (!/^[0-9]{1,19}$/.test(cursor[0]!) || BigInt(cursor[0]!) > INT8_MAX)
-      throw new GatewayError('invalid_request', 'cursor is not one this listing gave');
+    if (BigInt(cursor[0]!) > INT8_MAX) throw invalidCursor();
     filter.beforeId = cursor[0]!;
   }
   return filter;

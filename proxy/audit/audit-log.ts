@@ -4,7 +4,7 @@
  * pruning goes through the owner's function, which keeps at least a day.
  */
 import type pg from 'pg';
-import { encodeCursor, type Page } from '../../policy/auth/page.ts';
+import { CURSORS, encodeCursor, type Page } from '../../policy/auth/page.ts';
 import { jsonbText } from '../../lib/jsonb-text.ts';
 import type { AuditEntry, AuditEvent, AuditFilter } from './audit-event.ts';
 
@@ -101,7 +101,7 @@ export async function listAudit(db: Queryable, filter: AuditFilter): Promise<Pag
   );
   const more = rows.length > filter.limit;
   const items = (more ? rows.slice(0, filter.limit) : rows).map(eventOf);
-  return { items, nextCursor: more ? encodeCursor([items[items.length - 1]!.id]) : null };
+  return { items, nextCursor: more ? encodeCursor(CURSORS.audit, [items[items.length - 1]!.id]) : null };
 }
 
 /** Removes events older than `keepDays` (at least one day); returns how many went. */

@@ -10,6 +10,7 @@ import {
   MIN_CEILING_BYTES_PER_SECOND,
   parseScopes,
 } from '../../policy/auth/admin-store.ts';
+import { CURSORS } from '../../policy/auth/page.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
 import { type CliAction, recordCliAction } from './cli-audit.ts';
@@ -170,7 +171,7 @@ ${DATABASE_NOTE}`,
       name: 'list',
       options: PAGE_OPTIONS,
       run: (input, env) => {
-        const page = pageInput(input);
+        const page = pageInput(input, CURSORS.principals);
         return withStore(env, async (s) => printed('principals')(await s.listPrincipals(page)));
       },
     }),
@@ -255,7 +256,7 @@ ${DATABASE_NOTE}`,
       args: '<principal>',
       options: PAGE_OPTIONS,
       run: (input, env) => {
-        const page = pageInput(input);
+        const page = pageInput(input, CURSORS.certificates);
         return withStore(env, async (s) =>
           printed('certificates')(await s.listCertificates(input.positionals[0]!, page)),
         );
@@ -309,7 +310,7 @@ ${DATABASE_NOTE}`,
       args: '<principal>',
       options: PAGE_OPTIONS,
       run: (input, env) => {
-        const page = pageInput(input);
+        const page = pageInput(input, CURSORS.keys);
         return withStore(env, async (s) => printed('keys')(await s.listKeys(input.positionals[0]!, page)));
       },
     }),
@@ -371,7 +372,7 @@ ${DATABASE_NOTE}`,
       name: 'list',
       options: PAGE_OPTIONS,
       run: (input, env) => {
-        const page = pageInput(input);
+        const page = pageInput(input, CURSORS.repositories);
         return withStore(env, async (s) => printed('repositories')(await s.listRepositories(page)));
       },
     }),
@@ -495,7 +496,7 @@ ${DATABASE_NOTE}`,
       args: '[<principal>]',
       options: PAGE_OPTIONS,
       run: (input, env) => {
-        const page = pageInput(input);
+        const page = pageInput(input, CURSORS.grants);
         return withStore(env, async (s) => printed('grants')(await s.listGrants(input.positionals[0], page)));
       },
     }),

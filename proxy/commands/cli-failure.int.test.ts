@@ -1,12 +1,14 @@
 /**
  * Expected failures of real CLI processes are the one line `arkvory: <code>: <message>` on stderr,
  * never a stack: a key file that cannot be read, a database login without the privilege (exit 1), a
- * change whose audit entry cannot be recorded (its result is printed all the same; exit 3).
+ * change whose audit entry cannot be recorded (its result is printed all the same; exit 3); a --cursor
+ * that is not a listing's own (exit 2, before connecting).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { installRoleLogins } from '../../test/support/database-roles.ts';
 import { makeTempDir, runCli } from '../../test/support/gateway.ts';
+import { CURSORS, encodeCursor } from '../../policy/auth/page.ts';
 import type { DatabaseRole } from '../../migrations/grants.ts';
 
 let db: TestDatabase & { drop(): Promise<void> };
@@ -76,5 +78,27 @@ describe('CLI failures as one line', () => {
     expect(principal.code, principal.stderr).toBe(3);
     expect(JSON.parse(principal.stdout)).toMatchObject({ name: 'carol' });
     expectOneLine(principal.stderr, 'audit_not_recorded');
+  });
+
+  it('a --cursor that is not valid, or was made for another listing, is a usage error before connecting: exit 2', async () => {
+    // Nothing listens there: a command that connected would fail with exit 1.
+    const env = { ARKVORY_DATABASE_URL: 'postgres://nobody:x@127.0.0.1:1/none', ARKVORY_DATA_DIR: await makeTempDir() };
+    const forged = await runCli(['principals', 'list', '--cursor', 'bm90IGEgY3Vyc29y'], env);
+    expect([forged.code, forged.stdout]).toEqual([2, '']);
+    expect(forged.stderr).toContain(
+      'arkvory principals list: --cursor is not valid: no listing gave it; start without it',
+    );
+    // The admin API answers both 400 invalid_request with the same words (admin-input.int.test.ts).
+    const foreign = await runCli(['repos', 'list', '--cursor', encodeCursor(CURSORS.principals, ['alice'])], env);
+    expect([foreign.code, foreign.stdout]).toEqual([2, '']);
+    expect(foreign.stderr).toContain(
+      'arkvory repos list: --cursor was made for the principals listing, not this one (repositories); start without it',
+    );
+    const overrides = await runCli(
+      ['rules-service', 'list', '--cursor', encodeCursor(CURSORS.grants, ['a', 'b'])],
+      env,
+    );
+    expect([overrides.code, overrides.stdout]).toEqual([2, '']);
+    expect(overrides.stderr).toContain('--cursor was made for the grants listing, not this one (rule overrides)');
   });
 });

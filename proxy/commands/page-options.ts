@@ -1,5 +1,13 @@
 /** `--limit` and `--cursor` of every CLI list form: one page, as the admin API gives it (policy/auth/page.ts). */
-import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT, pageLimit, type Page, type PageRequest } from '../../policy/auth/page.ts';
+import {
+  type CursorShape,
+  decodeCursor,
+  PAGE_DEFAULT_LIMIT,
+  PAGE_MAX_LIMIT,
+  pageLimit,
+  type Page,
+  type PageRequest,
+} from '../../policy/auth/page.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import { UsageError } from './command.ts';
 
@@ -18,9 +26,13 @@ export const PAGE_OPTIONS = {
 
 /**
  * The page request of a list form's options, read before anything is opened: a `--limit` out of range
- * is a usage error (exit 2), as the option's spelling is. The cursor is the listing's to read.
+ * is a usage error (exit 2), as the option's spelling is, and so is a `--cursor` that is not valid or
+ * was made for another listing than `cursor`'s (said as the admin API's 400 says it).
  */
-export function pageInput(input: { string(name: 'limit' | 'cursor'): string | undefined }): PageRequest {
+export function pageInput(
+  input: { string(name: 'limit' | 'cursor'): string | undefined },
+  cursor: CursorShape,
+): PageRequest {
   const limit = input.string('limit');
   try {
     pageLimit(limit);
@@ -28,7 +40,14 @@ export function pageInput(input: { string(name: 'limit' | 'cursor'): string | un
     if (err instanceof PolicyError) throw new UsageError(`--${err.message} (got ${limit})`);
     throw err;
   }
-  return { limit, cursor: input.string('cursor') };
+  const given = input.string('cursor');
+  try {
+    decodeCursor(given, cursor);
+  } catch (err) {
+    if (err instanceof PolicyError) throw new UsageError(`--${err.message}`);
+    throw err;
+  }
+  return { limit, cursor: given };
 }
 
 /** `{ <name>: items, nextCursor }`, the admin API's shape. */

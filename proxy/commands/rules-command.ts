@@ -6,6 +6,7 @@ import type pg from 'pg';
 import type { RateLimitRedis } from '../gates/rate-limit-redis.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { defineCommand, form, type Command, type Input, type OptionSpec, type OptionSpecs } from './command.ts';
+import { CURSORS } from '../../policy/auth/page.ts';
 import { PAGE_OPTIONS, pageInput } from './page-options.ts';
 
 // The engine, ioredis and yaml load only when this command runs, so other commands start as fast as before.
@@ -186,7 +187,7 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
       'effective rules, tier by tier (file > published > default); one page of limiters',
       async ([limiter], env, input) => {
         // Before Redis or the database is opened: a --limit out of range is a usage error.
-        const request = pageInput(input);
+        const request = pageInput(input, CURSORS.limiters);
         const store = await openRegistry(env);
         try {
           const page =

@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import type { PageRequest } from '../../policy/auth/page.ts';
 import { SUBJECT_KINDS, type SubjectKind } from '../../policy/rate-limit/rule-overrides.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
+import { CURSORS } from '../../policy/auth/page.ts';
 import { PAGE_OPTIONS, pageInput } from './page-options.ts';
 
 const SERVICE = {
@@ -33,8 +34,9 @@ up to ARKVORY_DATABASE_STARTUP_WAIT_SECONDS, then exits 1), answers 503 when a s
 ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS, guards the query route with ARKVORY_RULES_SERVICE_TOKEN
 when set, and takes admin keys on /api/v1/admin/rule-overrides.
 \`list\` prints one page ({ overrides, nextCursor }): pass nextCursor to --cursor for the next one.
-Exit codes: 0 ok, 1 invalid rules, no such override or a bad --cursor, 2 usage (also a KIND other than
-principal or repository, or a --limit out of range, said before anything is opened).`,
+Exit codes: 0 ok, 1 invalid rules or no such override, 2 usage (also a KIND other than principal or
+repository, a --limit out of range, or a --cursor not valid or made for another listing, said before
+anything is opened).`,
   forms: [
     form({
       name: 'serve',
@@ -70,7 +72,7 @@ principal or repository, or a --limit out of range, said before anything is open
         ...PAGE_OPTIONS,
       },
       run: (input, env) => {
-        const page = pageInput(input);
+        const page = pageInput(input, CURSORS.ruleOverrides);
         return overrides('list', [], input.string('service'), input.string('limiter'), env, page);
       },
     }),

@@ -3,7 +3,7 @@
  * catalog entry only; bytes wait for offline gc) and `GET /api/v1/repositories`.
  */
 import type { Permission } from '../../policy/auth/authorize.ts';
-import { decodeCursor, pageLimit, pageOf } from '../../policy/auth/page.ts';
+import { CURSORS, decodeCursor, pageLimit, pageOf } from '../../policy/auth/page.ts';
 import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import { metadataOf } from './metadata.ts';
@@ -29,7 +29,7 @@ export function artifactRoutes(deps: ArtifactDeps): Route[] {
       async handle({ res, principal, url }) {
         if (!principal) throw new Error('repository listing without a principal');
         const limit = pageLimit(url.searchParams.get('limit') ?? undefined);
-        const after = decodeCursor(url.searchParams.get('cursor') ?? undefined, 1)?.[0];
+        const after = decodeCursor(url.searchParams.get('cursor') ?? undefined, CURSORS.readableRepositories)?.[0];
         const canRead = principal.scopes.has('read') || principal.scopes.has('write');
         // The principal's grants are few and cached (policy/auth/authenticator.ts): paged here, by name.
         const names = (canRead ? await deps.readableRepositories(principal.id) : []).filter(
@@ -40,7 +40,7 @@ export function artifactRoutes(deps: ArtifactDeps): Route[] {
           const permission = await deps.grant(principal.id, name);
           if (permission) repositories.push({ name, permission });
         }
-        const page = pageOf(repositories, limit, (r) => [r.name]);
+        const page = pageOf(repositories, limit, CURSORS.readableRepositories, (r) => [r.name]);
         sendJson(res, 200, { repositories: page.items, nextCursor: page.nextCursor });
       },
     },

@@ -550,8 +550,8 @@ describe('overrides under hostile input (issue 35)', () => {
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/--limit must be an integer from 1 to 1000 \(got 5000\)/);
     const forged = await runCli(['rules-service', 'list', '--cursor', 'forged!'], cliEnv);
-    expect(forged.code).toBe(1);
-    expect(forged.stderr).toMatch(/cursor is not one this listing gave/);
+    expect(forged.code).toBe(2);
+    expect(forged.stderr).toMatch(/--cursor is not valid: no listing gave it/);
   });
 
   it('refuses an override that weakens a shipped default rule unless its publisher is a bypass publisher', async () => {
