@@ -21,7 +21,12 @@ import type { LimiterRules } from '../../policy/rate-limit/rules.ts';
 import { resolveBackup } from '../../storage-adapter/backup/backup-dir.ts';
 import { runBackup } from '../../storage-adapter/backup/backup.ts';
 import { BackupError } from '../../storage-adapter/backup/errors.ts';
-import { refuseOccupiedDatabase, runRestore } from '../../storage-adapter/backup/restore.ts';
+import {
+  type CheckedBackup,
+  checkBackup,
+  refuseOccupiedDatabase,
+  runRestore,
+} from '../../storage-adapter/backup/restore.ts';
 import { verifyBackup } from '../../storage-adapter/backup/verify.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
@@ -306,7 +311,9 @@ export const restoreCommand: Command = defineCommand({
     'restore a backup into an empty database and an empty storage root, then scrub it (--verify only checks a backup)',
   description: `<source> is a backup directory (holding manifest.json) or a destination of \`arkvory backup\` (its newest
 complete backup is used).
-Without --verify: refuses unless the database (ARKVORY_DATABASE_URL, or the embedded one under
+Without --verify: reads and checks the backup first (manifest, schema version, database file, rule
+documents): a refused one leaves the target untouched (its database not migrated, nor even connected
+to). Then refuses unless the database (ARKVORY_DATABASE_URL, or the embedded one under
 ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage root (ARKVORY_DATA_DIR or
 ARKVORY_STORAGE_URL) has no storage-id and no blobs, and the target Redis (ARKVORY_REDIS_URL) holds none of the
 backed-up rule documents with other contents under its ARKVORY_REDIS_KEY_PREFIX, before it writes anything; migrates the database,
@@ -360,6 +367,15 @@ clean but its audit entry not recorded (audit_not_recorded on stderr).`,
           }
         }
         const config = await loadCliConfig(env);
+        const codeSchemaVersion = Math.max(0, ...(await listMigrations()).map((m) => m.version));
+        // The backup first: a refused one (damaged, edited, of a newer schema) leaves the target as it
+        // was, not even started, migrated or created.
+        let checked: CheckedBackup;
+        try {
+          checked = await checkBackup(backup, codeSchemaVersion);
+        } catch (err) {
+          return failed('restore', err);
+        }
         let opened: Awaited<ReturnType<typeof openRestoreDatabase>>;
         try {
           opened = await openRestoreDatabase(env);
@@ -375,10 +391,10 @@ clean but its audit entry not recorded (audit_not_recorded on stderr).`,
             );
             return 1;
           }
-          const codeSchemaVersion = Math.max(0, ...(await listMigrations()).map((m) => m.version));
           const summary = await abortableBySignals((signal) =>
             runRestore({
               backup,
+              checked,
               pool,
               codeSchemaVersion,
               fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { chmod, cp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -143,6 +144,83 @@ describe('a backup the caller may not read', () => {
       );
       expect(refused.stderr).not.toContain('backup_invalid');
     }
+  }, 60_000);
+});
+
+describe('a backup a restore refuses', () => {
+  /** A copy of the backup with `change` made to it, its manifest resealed when `reseal` edits the manifest's fields. */
+  async function changed(
+    change: (dir: string) => Promise<void>,
+    reseal?: (manifest: BackupManifest) => BackupManifest,
+  ): Promise<string> {
+    const dir = path.join(await makeTempDir('arkvory-refused-'), path.basename(backup));
+    await cp(backup, dir, { recursive: true });
+    await change(dir);
+    if (reseal) {
+      const { sha256: _seal, ...fields } = JSON.parse(
+        await readFile(path.join(dir, 'manifest.json'), 'utf8'),
+      ) as BackupManifest & { sha256: string };
+      await writeFile(path.join(dir, 'manifest.json'), sealManifest(reseal(fields)));
+    }
+    return dir;
+  }
+
+  it('leaves the target as it was: an empty database without a table, an embedded one not even made', async () => {
+    const db = await createTestDatabase({ migrated: false });
+    drops.push(db.drop);
+    const ourTables = async () =>
+      (
+        await db.pool.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = current_schema()',
+        )
+      ).rows[0]!.n;
+    expect(await ourTables()).toBe(0);
+    const nowhere = async () => path.join(await makeTempDir(), 'data');
+    const cases: Array<[string, string, RegExp]> = [
+      [
+        'an edited manifest',
+        await changed(async (dir) => {
+          const file = path.join(dir, 'manifest.json');
+          await writeFile(file, (await readFile(file, 'utf8')).replace(/"snapshotTime": "\d/, '"snapshotTime": "1'));
+        }),
+        /backup_invalid: .*manifest\.json does not match its own sha256/,
+      ],
+      [
+        'a newer schema',
+        await changed(
+          async () => {},
+          (m) => ({ ...m, schemaVersion: 99_999 }),
+        ),
+        /schema_newer: the backup was made at schema version 99999/,
+      ],
+      [
+        'a missing database file',
+        await changed((dir) => rm(path.join(dir, 'database.jsonl'))),
+        /backup_invalid: .*database\.jsonl is missing/,
+      ],
+      [
+        'a tampered database file',
+        await changed(async (dir) => {
+          const file = path.join(dir, 'database.jsonl');
+          await writeFile(file, (await readFile(file, 'utf8')).replace('"arkvory_principals"', '"arkvory_principalz"'));
+        }),
+        /backup_invalid: .*database\.jsonl does not match the manifest/,
+      ],
+    ];
+    for (const [what, dir, reason] of cases) {
+      const dataDir = await nowhere();
+      const refused = await runCli(['restore', dir], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir });
+      expect([refused.code, refused.stdout], what).toEqual([1, '']);
+      expect(refused.stderr, what).toMatch(new RegExp(`^arkvory restore: ${reason.source}`));
+      expect(await ourTables(), `${what}: no table made in the target database`).toBe(0);
+      expect(existsSync(dataDir), `${what}: no storage root made`).toBe(false);
+    }
+    // The embedded default: not made, not started.
+    const dataDir = await nowhere();
+    const embedded = await runCli(['restore', cases[1]![1]], { ARKVORY_DATA_DIR: dataDir });
+    expect([embedded.code, embedded.stdout]).toEqual([1, '']);
+    expect(embedded.stderr).toMatch(/^arkvory restore: schema_newer: /);
+    expect(existsSync(dataDir), 'no data directory, no embedded cluster made').toBe(false);
   }, 60_000);
 });
 

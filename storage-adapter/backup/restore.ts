@@ -1,6 +1,7 @@
 /**
  * `arkvory restore`: a backup into an empty database and an empty storage root, all or nothing.
- * Order: refuse a non-empty target before anything is written (the database, then the storage root
+ * Order: read and check the backup (checkBackup, before the caller opens or migrates the target);
+ * refuse a non-empty target before anything is written (the database, then the storage root
  * through a store opened without binding: no storage-id is read or written at open); mark the root's
  * storage-id as an unfinished restore (so a restore killed from here on leaves a root no gateway
  * opens, and the next restore empties it first); put every blob through the store (verified by hash
@@ -37,6 +38,8 @@ const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
 export interface RestoreOptions {
   readonly backup: string;
+  /** The backup as checkBackup read it (before the target was opened); else it is read here. */
+  readonly checked?: CheckedBackup | undefined;
   readonly pool: pg.Pool;
   /** The newest migration this code has; a backup from a newer schema is refused. */
   readonly codeSchemaVersion: number;
@@ -483,16 +486,39 @@ async function restoreAllOrNothing(
   }
 }
 
-export async function runRestore(options: RestoreOptions): Promise<RestoreSummary> {
-  const manifest = await openBackup(options.backup);
-  if (manifest.schemaVersion > options.codeSchemaVersion) {
+/** A backup read and checked as far as it can be without a target (checkBackup). */
+export interface CheckedBackup {
+  readonly backup: string;
+  readonly manifest: SealedManifest;
+  /** Every blob the database file references, each name a sha256. */
+  readonly blobs: ReadonlyArray<{ sha256: string; sizeBytes: number }>;
+}
+
+/**
+ * Reads and checks the backup `dir` without touching any target: the manifest (its own sha256, its
+ * schema version against `codeSchemaVersion`), the database file (its size and sha256, every line a
+ * row, every blob name a sha256) and the rule documents. A restore runs it before it starts, migrates
+ * or even connects to the target database, so a refused backup leaves the target as it was. The
+ * blobs are checked as they are written (a damaged one rolls the restore back).
+ */
+export async function checkBackup(dir: string, codeSchemaVersion: number): Promise<CheckedBackup> {
+  const manifest = await openBackup(dir);
+  if (manifest.schemaVersion > codeSchemaVersion) {
     throw new BackupError(
       'schema_newer',
-      `the backup was made at schema version ${manifest.schemaVersion}; this code knows up to ${options.codeSchemaVersion}: restore with the newer code`,
+      `the backup was made at schema version ${manifest.schemaVersion}; this code knows up to ${codeSchemaVersion}: restore with the newer code`,
     );
   }
+  const blobs = await referencedBlobs(path.join(dir, DATABASE_FILE), manifest.database.bytes);
+  return { backup: dir, manifest, blobs };
+}
+
+export async function runRestore(options: RestoreOptions): Promise<RestoreSummary> {
   // Every line of the database file read and every blob name checked before anything is written.
-  const blobs = await referencedBlobs(path.join(options.backup, DATABASE_FILE), manifest.database.bytes);
+  const { manifest, blobs } =
+    options.checked?.backup === options.backup
+      ? options.checked
+      : await checkBackup(options.backup, options.codeSchemaVersion);
   await refuseOccupiedDatabase(options.pool);
   // The directory store before it is opened (opening a writer creates the layout and empties tmp/).
   if (options.fsRoot !== undefined) {
