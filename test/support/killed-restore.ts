@@ -9,11 +9,11 @@
 import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
 import { pino } from 'pino';
 import { migrate } from '../../migrations/runner.ts';
 import { startEmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
-import { processEnv, waitUntil } from '../harness/index.ts';
+import { openPool, processEnv, waitUntil } from '../harness/index.ts';
 import { CLI, ROOT } from './gateway.ts';
 
 const HOLD = 'test_restore_hold';
@@ -91,13 +91,13 @@ async function killHeldRestore(backup: string, env: Record<string, string>, data
 
 /** A restore into the database `url` (its env's ARKVORY_DATABASE_URL) killed before its commit. */
 export async function killRestoreBeforeCommit(backup: string, env: Record<string, string>, url: string): Promise<void> {
-  const pool = new pg.Pool({ connectionString: url, max: 1 });
+  const pool = openPool(url, 1);
   try {
     await hold(pool);
   } finally {
     await pool.end();
   }
-  await killHeldRestore(backup, env, async () => new pg.Pool({ connectionString: url, max: 1 }));
+  await killHeldRestore(backup, env, async () => openPool(url, 1));
 }
 
 /**
@@ -111,7 +111,7 @@ export async function killEmbeddedRestoreBeforeCommit(backup: string, env: Recor
   const embedded = await startEmbeddedDatabase(dataDir, pino({ level: 'silent' }));
   try {
     // Without its query (the product's client options, which this plain client does not take).
-    const pool = new pg.Pool({ connectionString: embedded.url.split('?')[0], max: 1 });
+    const pool = openPool(embedded.url.split('?')[0]!, 1);
     try {
       await hold(pool);
     } finally {
@@ -124,7 +124,7 @@ export async function killEmbeddedRestoreBeforeCommit(backup: string, env: Recor
     const port = (await readFile(path.join(dataDir, '.pg', 'postmaster.pid'), 'utf8')).split('\n')[3]?.trim();
     const password = (await readFile(path.join(dataDir, '.pg.password'), 'utf8')).trim();
     const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
-    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    const pool = openPool(url, 1);
     await pool.query('SELECT 1').catch(async (err: unknown) => {
       await pool.end();
       throw err;
