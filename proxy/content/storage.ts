@@ -27,7 +27,7 @@ export async function openStore(
     current?: (() => Config) | undefined;
     /** A directory store's writer leaves tmp/ alone (a worker joining a serving instance). */
     keepTmp?: boolean | undefined;
-    /** A writer's own staging directory under tmp/, emptied at open (fs-store.ts, http-store.ts). */
+    /** A writer's own staging directory under tmp/, emptied at open (fs-store.ts, http-store.ts, s3-store.ts). */
     ownStaging?: string | undefined;
   } = {},
 ): Promise<OpenedArtifactStore> {
@@ -36,7 +36,7 @@ export async function openStore(
   if (s3 !== undefined) {
     const credentials = current ? () => current().storage.s3?.credentials ?? s3.credentials : s3.credentials;
     const { openS3Store } = await import('../../storage-adapter/s3/index.ts');
-    return openS3Store({ ...s3, credentials, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+    return openS3Store({ ...s3, credentials, role, pool, connectTimeoutMs, timeoutMs, restoreAs, ownStaging });
   }
   if (url !== undefined) {
     const { openHttpStore } = await import('../../storage-adapter/http/index.ts');

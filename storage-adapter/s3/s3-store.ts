@@ -3,7 +3,8 @@
  * `uploads/<session>/`) as object keys under `s3://<bucket>/<prefix>` on any S3-compatible server
  * (SeaweedFS, MinIO, Ceph RGW, Garage, AWS S3, R2). Reads are GET/HEAD with Range.
  *
- * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (s3-transfer.ts); commit()
+ * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (a worker of an instance:
+ * `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`; s3-transfer.ts); commit()
  * copies it server-side to its blob name unless the object already there has the ETag the server
  * gave the temporary (anything else there is not known to be that blob and is replaced). The copy is
  * tied to the temporary by its ETag, and one whose ETag differs from it is read back and hashed
@@ -28,6 +29,7 @@ import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client
 import { formatS3Location, type S3Location } from './s3-location.ts';
 import { openSocketRange, SOCKET_READ_MIN_BYTES } from './s3-socket-read.ts';
 import {
+  abortMultipart,
   copyObject,
   readObject,
   S3_DEFAULT_LIMITS,
@@ -38,7 +40,7 @@ import {
 import type { OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
 import type { SliceDigests } from '../slice-digests.ts';
 import { assembleOnServer, type Assembly } from './s3-assembly.ts';
-import { s3Parts, s3Tree, type S3Bucket } from './s3-tree.ts';
+import { removeTree, s3Parts, s3Tree, type S3Bucket } from './s3-tree.ts';
 import { trackedStagedBlob } from '../streaming/staged-blob.ts';
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
@@ -56,6 +58,14 @@ export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
   readonly socketReads?: boolean | undefined;
   /** false: every single PUT through undici (tests compare both paths); default: socket writes on http: endpoints. */
   readonly socketWrites?: boolean | undefined;
+  /**
+   * Writer: the prefix under tmp/ this process alone stages in (a worker of a gateway instance:
+   * its index's). Emptied here, before the process serves: a worker starts with an index only once
+   * that index's previous process is dead, so its objects and its multipart uploads never completed
+   * are what the dead one staged and never moved (a single PUT cut short leaves nothing: the server
+   * drops it), never another live worker's.
+   */
+  readonly ownStaging?: string | undefined;
 }
 
 /** Counts of how commit() placed blobs (tests check which path a server took). */
@@ -168,10 +178,14 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   // Socket streams read into a buffer they reuse, so their bytes are copied out (read()), never lent.
   const lendsChunks = socketReads === undefined;
 
+  const stagingDir =
+    role === 'writer' && options.ownStaging !== undefined ? `${TMP_DIR}/${options.ownStaging}` : TMP_DIR;
+
   const identity = identityObject(client, location);
   let storageId: string;
   try {
     storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
+    if (stagingDir !== TMP_DIR) await clearStagingPrefix(bucket, stagingDir);
   } catch (err) {
     await client.close().catch(() => {});
     throw err;
@@ -231,7 +245,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       isSha256Hex(stageOptions.expectedSha256)
         ? stageOptions.expectedSha256
         : undefined;
-    return declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
+    return declared ? blobName(declared) : `${stagingDir}/${randomUUID()}.upload`;
   }
 
   /**
@@ -406,6 +420,21 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       return (await client.head(keyOf(blobName(sha256)))) !== undefined;
     },
   };
+}
+
+/**
+ * Removes what a killed process staged under `dir`: its multipart uploads never completed (their
+ * parts are kept, and billed, until aborted) and its objects staged whole but never copied. The
+ * uploads are listed under the store's prefix, as gc lists them, and only those under `dir` are
+ * aborted: MinIO lists none for a prefix that is not a whole key or empty.
+ */
+async function clearStagingPrefix(bucket: S3Bucket, dir: string): Promise<void> {
+  const own = bucket.keyOf(`${dir}/`);
+  const uploads: Array<{ key: string; uploadId: string }> = [];
+  for await (const upload of bucket.client.listMultipartUploads(bucket.location.prefix))
+    if (upload.key.startsWith(own)) uploads.push(upload);
+  for (const { key, uploadId } of uploads) await abortMultipart(bucket.client, key, uploadId);
+  await removeTree(bucket, dir);
 }
 
 /** Reads `storage-id` from an S3 store without binding anything (for `arkvory doctor`). */
