@@ -10,8 +10,7 @@ import { createStorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { createContentCaches } from './caches.ts';
 import type { Route } from '../server/route-types.ts';
-import { openStore, rotatedConfig } from './storage.ts';
-import { instanceWorkerStaging } from '../../storage-adapter/fs/index.ts';
+import { gatewayStaging, openStore, rotatedConfig } from './storage.ts';
 import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
@@ -46,9 +45,9 @@ export async function openContentModule(
     openFiles: caches.openFiles,
     current: rotatedConfig(services),
     keepTmp: services.instance?.joinsServing,
-    // Each worker stages in its index's own directory, which its replacement empties: a killed
-    // worker's partial uploads go when it is replaced, not at the next start of the instance.
-    ownStaging: services.instance ? instanceWorkerStaging(services.instance.index) : undefined,
+    // Each writer process stages in a directory of its own, which its replacement empties: a killed
+    // process's staged uploads go when it is replaced, not at an offline gc.
+    ownStaging: gatewayStaging(config, services.instance?.index),
   });
   // Store health: probed on its own period and fed by the store calls (inside the small-blob cache,
   // so a blob held in memory is served whatever the store's state).

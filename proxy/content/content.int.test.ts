@@ -450,7 +450,7 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     expect(badType.status).toBe(400);
     const blobs = await listBlobs(probe());
     expect(blobs).not.toContain(sha256(other));
-    expect(await probe().list('tmp')).toEqual([]);
+    expect(await probe().files('tmp')).toEqual([]);
 
     // Content-Length shorter than promised: the client gives up mid-body; nothing is published.
     const truncated = await rawExchange(
@@ -508,7 +508,7 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
     expect(streamed.status).toBe(413);
     expect((await request(`${base()}/artifacts/too-big`, { headers: auth() })).status).toBe(404);
-    expect(await probe().list('tmp')).toEqual([]);
+    expect(await probe().files('tmp')).toEqual([]);
   });
 
   it('enforces grants: read-only keys cannot upload or delete; invisible repositories are 404', async () => {

@@ -4,7 +4,7 @@
  * same `ArtifactStore` interface.
  */
 import type pg from 'pg';
-import { openFsStore, type OpenFileCache } from '../../storage-adapter/fs/index.ts';
+import { instanceWorkerStaging, openFsStore, type OpenFileCache } from '../../storage-adapter/fs/index.ts';
 import type { StorageRole } from '../../storage-adapter/identity.ts';
 import type { OpenedArtifactStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
@@ -27,7 +27,7 @@ export async function openStore(
     current?: (() => Config) | undefined;
     /** A directory store's writer leaves tmp/ alone (a worker joining a serving instance). */
     keepTmp?: boolean | undefined;
-    /** A writer's own staging directory under tmp/, emptied at open (fs-store.ts, http-store.ts, s3-store.ts). */
+    /** A writer's own staging directory under tmp/, emptied at open (`gatewayStaging`). */
     ownStaging?: string | undefined;
   } = {},
 ): Promise<OpenedArtifactStore> {
@@ -43,6 +43,28 @@ export async function openStore(
     return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs, ownStaging });
   }
   return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs, keepTmp, ownStaging });
+}
+
+/**
+ * The directory under tmp/ a gateway process stages its uploads in, emptied by the process that
+ * replaces it when that opens the store, before it serves, so an upload a killed process (SIGKILL,
+ * the OOM killer) had staged goes then, not at an offline gc. Only the writer stages, and a writer
+ * opens its store only once it holds the writer barrier: a writer that was draining (restart) still
+ * holds it and this start is refused until it exited. A worker of an instance (ARKVORY_WORKERS):
+ * its index's, given to a new process only once that index's previous one exited, so no other live
+ * worker's is touched. A single process on the static-HTTP or S3 store: worker 0's (one process is
+ * an instance of one worker, whichever the next writer is). Not tmp/ as a whole there: a separate
+ * completion worker (ARKVORY_ROLE=worker) may be staging a multipart assembly in tmp/ meanwhile.
+ * A single process on the directory store stages in tmp/ itself and empties it whole at open, its
+ * completion worker staging apart in tmp/worker/ (fs-store.ts): undefined. A writer whose database
+ * session ended while it still runs (fenced) lost the barrier too: an upload it had staged and not
+ * yet moved may be removed by the next writer, and then fails (its move finds nothing), nothing
+ * published, as on the directory store.
+ */
+export function gatewayStaging(config: Config, instanceIndex: number | undefined): string | undefined {
+  if (instanceIndex !== undefined) return instanceWorkerStaging(instanceIndex);
+  const { url, s3 } = config.storage;
+  return url !== undefined || s3 !== undefined ? instanceWorkerStaging(0) : undefined;
 }
 
 /**

@@ -5,7 +5,7 @@
  * for scrub and gc only). Reads are plain GET/HEAD with Range.
  *
  * Publish: the body streams (hashed, counted, paced) as a chunked PUT to `tmp/<uuid>.upload` (a
- * worker of an instance: `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`); a
+ * gateway writer: `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`); a
  * length or digest mismatch throws inside the body, so the store never completes the temporary.
  * commit() MOVEs it to the blob name with `Overwrite: T`: whatever is there already is replaced by the
  * verified bytes, never taken as them. A store without MOVE (405/501) gets a GET of the temporary
@@ -41,10 +41,10 @@ export interface HttpStoreOptions extends UpstreamOptions {
   readonly pool: pg.Pool;
   readonly restoreAs?: string | undefined;
   /**
-   * Writer: the directory under tmp/ this process alone stages in (a worker of a gateway instance:
-   * its index's). Removed here, before the process serves: a worker starts with an index only once
-   * that index's previous process is dead, so what it holds are the dead one's staged uploads (whole:
-   * nginx keeps a PUT cut short nowhere), never another live worker's.
+   * Writer: the directory under tmp/ this process alone stages in (a gateway's, proxy/content/storage.ts
+   * `gatewayStaging`, which says why no other live writer stages there). Removed here, before the
+   * process serves: what it holds are the staged uploads (whole: nginx keeps a PUT cut short
+   * nowhere) of the process this one replaces.
    */
   readonly ownStaging?: string | undefined;
 }

@@ -59,8 +59,15 @@ export async function collectGarbage(
   if (!options.dryRun && report.orphanBlobs.length > 0)
     await pool.query('DELETE FROM arkvory_blob_slices WHERE sha256 = ANY($1::text[])', [report.orphanBlobs]);
   for (const entry of await tree.list(TMP_DIR)) {
+    const target = `${TMP_DIR}/${entry.name}`;
+    // A gateway's own staging directory stays behind empty on the static-HTTP store (a PUT creates
+    // it, a MOVE leaves it): no temporary, so it is removed without being reported.
+    if (entry.isDirectory && (await tree.list(target)).length === 0) {
+      if (!options.dryRun) await tree.remove(target);
+      continue;
+    }
     report.staleTmp.push(entry.name);
-    await remove(`${TMP_DIR}/${entry.name}`, entry.sizeBytes);
+    await remove(target, entry.sizeBytes);
   }
   // Under the barrier no upload is running, so every open multipart upload is abandoned.
   for (const upload of (await tree.incompleteUploads?.()) ?? []) {

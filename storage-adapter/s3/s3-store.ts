@@ -3,7 +3,7 @@
  * `uploads/<session>/`) as object keys under `s3://<bucket>/<prefix>` on any S3-compatible server
  * (SeaweedFS, MinIO, Ceph RGW, Garage, AWS S3, R2). Reads are GET/HEAD with Range.
  *
- * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (a worker of an instance:
+ * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (a gateway writer:
  * `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`; s3-transfer.ts); commit()
  * copies it server-side to its blob name unless the object already there has the ETag the server
  * gave the temporary (anything else there is not known to be that blob and is replaced). The copy is
@@ -59,11 +59,10 @@ export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
   /** false: every single PUT through undici (tests compare both paths); default: socket writes on http: endpoints. */
   readonly socketWrites?: boolean | undefined;
   /**
-   * Writer: the prefix under tmp/ this process alone stages in (a worker of a gateway instance:
-   * its index's). Emptied here, before the process serves: a worker starts with an index only once
-   * that index's previous process is dead, so its objects and its multipart uploads never completed
-   * are what the dead one staged and never moved (a single PUT cut short leaves nothing: the server
-   * drops it), never another live worker's.
+   * Writer: the prefix under tmp/ this process alone stages in (a gateway's, proxy/content/storage.ts
+   * `gatewayStaging`, which says why no other live writer stages there). Emptied here, before the
+   * process serves: its objects and its multipart uploads never completed are what the process it
+   * replaces staged and never moved (a single PUT cut short leaves nothing: the server drops it).
    */
   readonly ownStaging?: string | undefined;
 }

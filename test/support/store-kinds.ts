@@ -63,6 +63,8 @@ export interface StoreProbe {
   write(relative: string, bytes: Buffer | string): Promise<void>;
   /** Names directly under `dir` (`''`: the root; objects and "directories"), sorted; [] when there are none. */
   list(dir: string): Promise<string[]>;
+  /** Every file (object) under `dir` at any depth, relative to `dir`, sorted; directories left empty are not files. */
+  files(dir: string): Promise<string[]>;
 }
 
 export function directoryProbe(root: string): StoreProbe {
@@ -81,6 +83,16 @@ export function directoryProbe(root: string): StoreProbe {
           err.code === 'ENOENT' ? [] : Promise.reject(err),
         )
       ).sort(),
+    async files(dir) {
+      const base = path.join(root, dir);
+      const entries = await readdir(base, { recursive: true, withFileTypes: true }).catch(
+        (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? [] : Promise.reject(err)),
+      );
+      return entries
+        .filter((e) => e.isFile())
+        .map((e) => path.relative(base, path.join(e.parentPath, e.name)))
+        .sort();
+    },
   };
 }
 
@@ -119,6 +131,10 @@ export function s3Probe(server: S3Server, prefix = ''): StoreProbe {
       const names = new Set<string>();
       for (const key of await listKeys(server, base)) names.add(key.slice(base.length).split('/')[0]!);
       return [...names].sort();
+    },
+    async files(dir) {
+      const base = dir ? `${prefix}${dir}/` : prefix;
+      return (await listKeys(server, base)).map((key) => key.slice(base.length));
     },
   };
 }

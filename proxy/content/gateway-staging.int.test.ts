@@ -1,0 +1,94 @@
+/**
+ * A single gateway process (no ARKVORY_WORKERS) on the static-HTTP or the S3 store killed with
+ * SIGKILL while an upload of it is staged whole and not yet moved to its blob name: the staged
+ * upload stays on the store, and the next writer removes it before it serves (proxy/content/storage.ts
+ * `gatewayStaging`). The upload is held between its staging and its commit by a lock on the catalog
+ * table, released once the process is dead. The directory store's single process empties its tmp/
+ * whole at open (storage-adapter/fs/fs-store.int.test.ts). The workers' side: proxy/workers/worker-staging*.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitUntil } from '../../test/harness/index.ts';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { startGateway } from '../../test/support/gateway.ts';
+import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
+import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
+import { startStaticStore, type StaticStore } from '../../test/support/static-store.ts';
+import { stagedUploads } from '../../test/support/worker-instance.ts';
+
+interface Backing {
+  env: Record<string, string>;
+  /** Every staged upload on the store, at any depth under tmp/. */
+  staged(): Promise<string[]>;
+  stop(): Promise<void>;
+}
+
+const backings: Record<'static-HTTP' | 'S3 (minio)', () => Promise<Backing>> = {
+  'static-HTTP': async () => {
+    const store: StaticStore = await startStaticStore();
+    return {
+      env: { ARKVORY_STORAGE_URL: store.url },
+      staged: () => stagedUploads(store.root),
+      stop: () => store.stop(),
+    };
+  },
+  'S3 (minio)': async () => {
+    const server: S3Server = await sharedS3Bucket('minio');
+    return { env: server.env(), staged: () => listKeys(server, 'tmp/'), stop: () => server.destroy() };
+  },
+};
+
+describe.each(Object.keys(backings) as Array<keyof typeof backings>)(
+  'a single gateway process on the %s store killed with an upload staged',
+  (kind) => {
+    const db = useTestDatabase();
+    let backing: Backing;
+    let key: string;
+
+    beforeAll(async () => {
+      backing = await backings[kind]();
+      await createRepository(db.pool, 'gs');
+      ({ key } = await createServiceAccount(db.pool, { grants: { gs: 'write' } }));
+    });
+    afterAll(async () => {
+      await backing?.stop();
+    });
+
+    it('leaves it on the store, and the next gateway removes it before it serves', async () => {
+      const env = { ARKVORY_DATABASE_URL: db.url, ...backing.env };
+      const killed = await startGateway({ env });
+      const lock = await db.pool.connect();
+      try {
+        // A publish looks its name up in the catalog once the bytes are staged: it waits there.
+        await lock.query('BEGIN');
+        await lock.query('LOCK TABLE arkvory_artifacts IN ACCESS EXCLUSIVE MODE');
+        const put = request(`${killed.url}/api/v1/repositories/gs/artifacts/doomed.bin`, {
+          method: 'PUT',
+          headers: bearer(key),
+          body: randomContent(64 * 1024),
+        });
+        put.catch(() => undefined);
+        await waitUntil(async () => (await backing.staged()).length === 1, {
+          what: 'the staged upload',
+          timeoutMs: 30_000,
+          intervalMs: 20,
+        });
+        const staged = await backing.staged();
+
+        expect(await killed.stop('SIGKILL')).not.toBe(0);
+        await expect(put).rejects.toThrow();
+        await lock.query('ROLLBACK');
+        expect(await backing.staged()).toEqual(staged);
+
+        const next = await startGateway({ env });
+        expect(await backing.staged()).toEqual([]);
+        expect(await next.stop()).toBe(0);
+      } finally {
+        await lock.query('ROLLBACK').catch(() => undefined);
+        lock.release();
+        await killed.stop('SIGKILL');
+      }
+    });
+  },
+);
