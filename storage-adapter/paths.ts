@@ -41,6 +41,11 @@ export function blobRelativePath(sha256Hex: string): string {
 
 export const STORAGE_ID_FILE = 'storage-id';
 export const TMP_DIR = 'tmp';
+/**
+ * Under tmp/: where a separate completion worker (ARKVORY_ROLE=worker) stages its assemblies, which
+ * a writer leaves alone and the worker that takes the worker lock empties (`clearStaging`).
+ */
+export const WORKER_STAGING_DIR = 'worker';
 export const BLOBS_DIR = path.join('blobs', 'sha256');
 export const UPLOADS_DIR = 'uploads';
 

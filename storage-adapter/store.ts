@@ -164,8 +164,8 @@ export interface ArtifactStore {
   ): Promise<StagedBlob | undefined>;
   readonly tree: StoreTree;
   /**
-   * Optional (the directory store opened by a separate worker): removes what earlier workers left
-   * staged. Called by the worker that takes the worker lock, so nothing of its own is in progress.
+   * Optional (any store opened by a separate worker): removes what earlier workers left staged in
+   * tmp/worker/. Called by the worker that takes the worker lock, so nothing of its own is in progress.
    */
   clearStaging?(): Promise<void>;
   /** Releases connections (HTTP store); nothing to do for the filesystem store. */

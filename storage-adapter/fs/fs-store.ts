@@ -21,7 +21,15 @@ import { createFsPartStore } from './fs-parts.ts';
 import { isLargeBody } from '../streaming/large-body.ts';
 import { openUploadFile, writeOverlapped } from './overlapped-writer.ts';
 import type { OpenedArtifactStore, ArtifactStore } from '../store.ts';
-import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from '../paths.ts';
+import {
+  BLOBS_DIR,
+  blobRelativePath,
+  isSha256Hex,
+  resolveInsideRoot,
+  TMP_DIR,
+  UPLOADS_DIR,
+  WORKER_STAGING_DIR,
+} from '../paths.ts';
 import { trackedStagedBlob } from '../streaming/staged-blob.ts';
 
 export type { BlobReader, StagedBlob, StageOptions, ArtifactStore, UploadStats } from '../store.ts';
@@ -32,9 +40,6 @@ export type FsStore = ArtifactStore;
 export function instanceWorkerStaging(index: number): string {
   return `gateway-worker-${index}`;
 }
-
-/** The separate completion worker's staging directory under tmp/ (see clearStaging). */
-const WORKER_STAGING = 'worker';
 
 /** Maps fs failures on the write path; ENOSPC/EDQUOT become `storage_full`, the rest pass through. */
 function mapWriteError(err: unknown): unknown {
@@ -106,7 +111,7 @@ export async function openFsStore(options: {
     // hold the assembly a separate worker is running now.
     if (!options.keepTmp)
       for (const entry of await readdir(tmpDir))
-        if (entry !== WORKER_STAGING) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
+        if (entry !== WORKER_STAGING_DIR) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
     if (options.ownStaging !== undefined) {
       const own = resolveInsideRoot(root, path.join(TMP_DIR, options.ownStaging));
       await rm(own, { recursive: true, force: true });
@@ -117,7 +122,7 @@ export async function openFsStore(options: {
   }
   const stagingRel =
     role === 'worker'
-      ? path.join(TMP_DIR, WORKER_STAGING)
+      ? path.join(TMP_DIR, WORKER_STAGING_DIR)
       : role === 'writer' && options.ownStaging !== undefined
         ? path.join(TMP_DIR, options.ownStaging)
         : TMP_DIR;

@@ -5,7 +5,8 @@
  * for scrub and gc only). Reads are plain GET/HEAD with Range.
  *
  * Publish: the body streams (hashed, counted, paced) as a chunked PUT to `tmp/<uuid>.upload` (a
- * gateway writer: `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`); a
+ * gateway writer: `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`; a separate completion worker:
+ * `tmp/worker/<uuid>.upload`, see `clearStaging`); a
  * length or digest mismatch throws inside the body, so the store never completes the temporary.
  * commit() MOVEs it to the blob name with `Overwrite: T`: whatever is there already is replaced by the
  * verified bytes, never taken as them. A store without MOVE (405/501) gets a GET of the temporary
@@ -27,7 +28,7 @@ import {
 import { httpIdentity, httpParts, httpTree } from './http-tree.ts';
 import { WebDavClient } from './http-webdav.ts';
 import { openingStorageId, type StorageRole } from '../identity.ts';
-import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
+import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR, WORKER_STAGING_DIR } from '../paths.ts';
 import type { ByteRange } from '../range.ts';
 import { type ObjectVersion, openRangeStream, type RangeStream, rangeStreamReader } from '../streaming/range-stream.ts';
 import type { BlobReader, OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
@@ -56,14 +57,19 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
   const stats = { committed: 0, discarded: 0, failed: 0 };
   const identity = httpIdentity(dav);
 
+  // A separate completion worker stages apart from every writer: it alone empties its directory.
   const stagingDir =
-    role === 'writer' && options.ownStaging !== undefined ? `${TMP_DIR}/${options.ownStaging}` : TMP_DIR;
+    role === 'worker'
+      ? `${TMP_DIR}/${WORKER_STAGING_DIR}`
+      : role === 'writer' && options.ownStaging !== undefined
+        ? `${TMP_DIR}/${options.ownStaging}`
+        : TMP_DIR;
 
   let storageId: string;
   try {
     storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
     // One DELETE of the directory (no listing needed); the next PUT creates it again.
-    if (stagingDir !== TMP_DIR) await dav.remove(stagingDir);
+    if (role === 'writer' && stagingDir !== TMP_DIR) await dav.remove(stagingDir);
   } catch (err) {
     await dav.close().catch(() => {});
     throw err;
@@ -106,6 +112,9 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
     parts: httpParts(dav),
     tree: httpTree(dav),
     close: () => dav.close(),
+    // The separate worker's directory, once it holds the worker lock: what an earlier worker staged
+    // there (killed, or its lock lost and its job aborted) goes before it claims a job.
+    ...(role === 'worker' && { clearStaging: () => dav.remove(stagingDir) }),
 
     async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
       if (role === 'reader') throw new Error('stage() on a read-only store');

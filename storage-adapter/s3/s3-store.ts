@@ -4,7 +4,8 @@
  * (SeaweedFS, MinIO, Ceph RGW, Garage, AWS S3, R2). Reads are GET/HEAD with Range.
  *
  * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (a gateway writer:
- * `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`; s3-transfer.ts); commit()
+ * `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`; a separate completion worker:
+ * `tmp/worker/<uuid>.upload`, see `clearStaging`; s3-transfer.ts); commit()
  * copies it server-side to its blob name unless the object already there has the ETag the server
  * gave the temporary (anything else there is not known to be that blob and is replaced). The copy is
  * tied to the temporary by its ETag, and one whose ETag differs from it is read back and hashed
@@ -23,7 +24,7 @@ import { StorageError } from '../errors.ts';
 import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { openingStorageId, type IdentityObject, type StorageRole } from '../identity.ts';
-import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
+import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR, WORKER_STAGING_DIR } from '../paths.ts';
 import { type ObjectVersion, openRangeStream, type RangeStream, rangeStreamReader } from '../streaming/range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
@@ -177,14 +178,19 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   // Socket streams read into a buffer they reuse, so their bytes are copied out (read()), never lent.
   const lendsChunks = socketReads === undefined;
 
+  // A separate completion worker stages apart from every writer: it alone empties its prefix.
   const stagingDir =
-    role === 'writer' && options.ownStaging !== undefined ? `${TMP_DIR}/${options.ownStaging}` : TMP_DIR;
+    role === 'worker'
+      ? `${TMP_DIR}/${WORKER_STAGING_DIR}`
+      : role === 'writer' && options.ownStaging !== undefined
+        ? `${TMP_DIR}/${options.ownStaging}`
+        : TMP_DIR;
 
   const identity = identityObject(client, location);
   let storageId: string;
   try {
     storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
-    if (stagingDir !== TMP_DIR) await clearStagingPrefix(bucket, stagingDir);
+    if (role === 'writer' && stagingDir !== TMP_DIR) await clearStagingPrefix(bucket, stagingDir);
   } catch (err) {
     await client.close().catch(() => {});
     throw err;
@@ -329,6 +335,9 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     parts: s3Parts(bucket),
     tree: s3Tree(bucket, locationText),
     close: () => client.close(),
+    // The separate worker's prefix, once it holds the worker lock: what an earlier worker staged
+    // there (killed, or its lock lost and its job aborted) goes before it claims a job.
+    ...(role === 'worker' && { clearStaging: () => clearStagingPrefix(bucket, stagingDir) }),
 
     async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
       if (role === 'reader') throw new Error('stage() on a read-only store');
