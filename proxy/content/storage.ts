@@ -53,8 +53,9 @@ export async function openStore(
  * holds it and this start is refused until it exited. A worker of an instance (ARKVORY_WORKERS):
  * its index's, given to a new process only once that index's previous one exited, so no other live
  * worker's is touched. A single process on the static-HTTP or S3 store: worker 0's (one process is
- * an instance of one worker, whichever the next writer is). Not tmp/ as a whole there: a separate
- * completion worker (ARKVORY_ROLE=worker) may be staging a multipart assembly in tmp/ meanwhile.
+ * an instance of one worker, whichever the next writer is). Not tmp/ as a whole there: that needs a
+ * listing, and a separate completion worker (ARKVORY_ROLE=worker) may be staging an assembly in
+ * tmp/worker/ meanwhile (its own, emptied by the worker that takes the worker lock).
  * A single process on the directory store stages in tmp/ itself and empties it whole at open, its
  * completion worker staging apart in tmp/worker/ (fs-store.ts): undefined. A writer whose database
  * session ended while it still runs (fenced) lost the barrier too: an upload it had staged and not
