@@ -548,10 +548,17 @@ export class AdminStore {
   async addGroupMember(group: string, principalRef: string): Promise<GroupRow> {
     await this.findGroup(group);
     const p = await this.findPrincipal(principalRef);
-    await this.#pool.query(
-      'INSERT INTO arkvory_principal_group_members (group_name, principal_id) VALUES ($1, $2) ON CONFLICT DO NOTHING',
-      [group, p.id],
-    );
+    try {
+      await this.#pool.query(
+        'INSERT INTO arkvory_principal_group_members (group_name, principal_id) VALUES ($1, $2) ON CONFLICT DO NOTHING',
+        [group, p.id],
+      );
+    } catch (err) {
+      // The group was deleted after it was found (a concurrent delete): the same answer as before it.
+      if ((err as { code?: string }).code === '23503')
+        throw new PolicyError('not_found', `no group ${JSON.stringify(group)}`);
+      throw err;
+    }
     return this.findGroup(group);
   }
 

@@ -7,6 +7,7 @@ import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 let admin: { key: string; name: string; principalId: string };
@@ -101,6 +102,31 @@ describe('groups', () => {
     await call('PUT', '/api/v1/admin/groups/g', {});
     expect((await call('PUT', '/api/v1/admin/groups/g/members/nobody')).status).toBe(404);
     expect((await call('PUT', '/api/v1/admin/groups/missing/members/crawler-1')).status).toBe(404);
+  });
+
+  it('answers 404, not 500, when the group is deleted while a member is being added', async () => {
+    await call('PUT', '/api/v1/admin/groups/vanishing', {});
+    const deleter = await db.pool.connect();
+    try {
+      await deleter.query('BEGIN');
+      await deleter.query(`DELETE FROM arkvory_principal_groups WHERE name = 'vanishing'`);
+      // The gateway has found the group (its delete is not committed) and its insert waits for the deleter.
+      const adding = call('PUT', '/api/v1/admin/groups/vanishing/members/crawler-1');
+      await waitUntil(async () => {
+        const { rows } = await db.pool.query<{ n: string }>(
+          `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+              AND query LIKE '%INSERT INTO arkvory_principal_group_members%'`,
+        );
+        return rows[0]!.n === '1';
+      });
+      await deleter.query('COMMIT');
+      const res = await adding;
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('not_found');
+    } finally {
+      deleter.release();
+    }
+    expect((await call('GET', '/api/v1/admin/groups/vanishing')).status).toBe(404);
   });
 });
 
