@@ -4,7 +4,7 @@
  */
 import type pg from 'pg';
 import { PolicyError } from '../errors.ts';
-import { generateKey, KEY_PATTERN } from './key-format.ts';
+import { generateKey, holdsKey } from './key-format.ts';
 import { SCOPES, type Scope } from './principal.ts';
 import type { Permission } from './authorize.ts';
 import { normalizeSan } from './client-certificate.ts';
@@ -141,14 +141,14 @@ function noSuchKey(keyId: string): PolicyError {
   );
 }
 /**
- * 404 for a principal reference. One with the shape of a key is not quoted: an admin disabling the
- * owner of a leaked key may paste the key where the principal belongs, and this message is answered
- * and logged.
+ * 404 for a principal reference. One that holds a key is not quoted: an admin disabling the owner
+ * of a leaked key may paste the key where the principal belongs (with a blank, a newline or a
+ * character more or less), and this message is answered and logged.
  */
 export function noSuchPrincipal(ref: string): PolicyError {
   return new PolicyError(
     'not_found',
-    KEY_PATTERN.test(ref)
+    holdsKey(ref)
       ? 'no principal by that reference (a principal is named by its id or its name, not by one of its keys)'
       : `no principal ${JSON.stringify(ref)}`,
   );

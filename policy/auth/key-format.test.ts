@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   generateKey,
   hashSecret,
+  holdsKey,
   KEY_PATTERN,
   MAX_AUTHORIZATION_LENGTH,
   parseAuthorization,
@@ -54,6 +55,14 @@ describe('API key format', () => {
     const seen = new Set(Array.from({ length: 100 }, () => generateKey().keyId).join(''));
     // 1,600 draws from 36 letters: each is missing with probability (35/36)^1600 < 1e-19.
     expect(seen.size).toBe(36);
+  });
+
+  it('finds a key, or most of one, in text pasted around it', () => {
+    const { key } = generateKey();
+    for (const text of [key, ` ${key}`, `${key}\n`, `Bearer ${key}`, `${key}x`, key.slice(0, -1), key.slice(0, 22)])
+      expect(holdsKey(text), JSON.stringify(text)).toBe(true);
+    for (const text of ['ci-bot', 'spark_jobs', key.slice(0, 21), 'ark_0123456789abcdef', 'no-such-principal'])
+      expect(holdsKey(text), JSON.stringify(text)).toBe(false);
   });
 
   it('compares secrets against the stored digest', () => {

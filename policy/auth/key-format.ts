@@ -7,6 +7,8 @@ import { keyFromBasic } from './basic-credentials.ts';
 
 const KEY_ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 export const KEY_PATTERN = /^ark_([a-z0-9]{16})_([A-Za-z0-9_-]{43})$/;
+/** A key id and the start of its secret, anywhere in a text (see `holdsKey`). */
+const KEY_INSIDE = /ark_[a-z0-9]{16}_[A-Za-z0-9_-]/;
 /** Longest Authorization value worth parsing; anything longer is refused unread. */
 export const MAX_AUTHORIZATION_LENGTH = 512;
 
@@ -40,6 +42,14 @@ export function generateKey(): GeneratedKey {
 export function hashSecret(secret: string): Buffer {
   // One-shot: cheaper than createHash().update().digest(), and it runs on every authenticated request.
   return hash('sha256', secret, 'buffer');
+}
+
+/**
+ * Whether `text` holds a key or most of one: a whole key, or one pasted with what a copy brings along
+ * (a blank or newline, `Bearer `, a character too many or too few). Such text is never quoted back.
+ */
+export function holdsKey(text: string): boolean {
+  return KEY_INSIDE.test(text);
 }
 
 /** Parses `Bearer <key>` or `Basic base64(user:key)`; anything else (missing, other scheme, malformed key) → undefined. */

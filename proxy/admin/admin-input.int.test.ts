@@ -220,6 +220,36 @@ describe('principal names and key rotation', () => {
     expect(gw.logs()).not.toContain(secret);
     expect((await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(leaked.key) })).status).not.toBe(401);
   });
+
+  it('nor a key pasted with a blank, a newline, a scheme or a character too many or too few around it', async () => {
+    const leaked = await createServiceAccount(db.pool, { scopes: ['read'] });
+    const secret = leaked.key.slice(`ark_${leaked.keyId}_`.length);
+    // What a paste brings along; the last one lacks the secret's last character, 4 bits of 256.
+    const pasted = [
+      `${leaked.key}%20`,
+      `%20${leaked.key}`,
+      `${leaked.key}%0A`,
+      `Bearer%20${leaked.key}`,
+      `${leaked.key}x`,
+      leaked.key.slice(0, -1),
+    ];
+    const before = gw.logLines().filter((l) => l.code === 'not_found').length;
+    for (const ref of pasted) {
+      for (const [method, path] of [
+        ['POST', `/api/v1/admin/principals/${ref}/disable`],
+        ['GET', `/api/v1/admin/quotas/principals/${ref}`],
+      ] as const) {
+        const res = await call(method, path);
+        expect(res.status, `${method} ${path}`).toBe(404);
+        expect(JSON.stringify(res.body), `${method} ${path}`).not.toContain(secret.slice(0, 42));
+      }
+    }
+    await expect
+      .poll(() => gw.logLines().filter((l) => l.code === 'not_found').length)
+      .toBeGreaterThanOrEqual(before + pasted.length * 2);
+    expect(gw.logs()).not.toContain(secret.slice(0, 42));
+    expect((await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(leaked.key) })).status).not.toBe(401);
+  });
 });
 
 describe("a forged cursor or a NUL in a filter is the client's fault: 400, never 500", () => {
