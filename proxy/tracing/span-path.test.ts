@@ -24,6 +24,12 @@ it('records a key in the path (pasted where its id belongs) without its secret',
     '/api/v1/admin/keys/ark_bakpn10js1uf7lu3_<redacted>/revoke',
   );
   expect(spanPath(`/a/%2e%2e/keys/ark_bakpn10js1uf7lu3_${secret}`)).toBe('/keys/ark_bakpn10js1uf7lu3_<redacted>');
+  expect(spanPath(`/api/v1/admin/principals/ark_bakpn10js1uf7lu3_${secret.slice(0, -1)}/disable`)).toBe(
+    '/api/v1/admin/principals/ark_bakpn10js1uf7lu3_<redacted>/disable',
+  );
+  expect(spanPath(`/api/v1/admin/principals/ark_bakpn10js1uf7lu3_${secret}%20/disable`)).toBe(
+    '/api/v1/admin/principals/ark_bakpn10js1uf7lu3_<redacted>%20/disable',
+  );
   expect(spanPath('/api/v1/repositories/r/artifacts/ark_notakey/content')).toBe(
     '/api/v1/repositories/r/artifacts/ark_notakey/content',
   );

@@ -9,8 +9,9 @@ import { simplePathname } from '../server/request-path.ts';
 // Not an authority's: `/` then neither `/` nor `\` (which the WHATWG parser reads as `/`).
 const ORIGIN_FORM = /^\/(?![/\\])/;
 
-// An API key (policy/auth/key-format.ts) anywhere in a path: its id is kept, its secret is not.
-const KEY_IN_PATH = /(ark_[a-z0-9]{16}_)[A-Za-z0-9_-]{43}/g;
+// An API key (policy/auth/key-format.ts) anywhere in a path: its id is kept, its secret is not,
+// nor what there is of it (a key pasted one character short still holds all but 4 bits of it).
+const KEY_IN_PATH = /(ark_[a-z0-9]{16}_)[A-Za-z0-9_-]{1,43}/g;
 
 /**
  * The pathname `new URL(target, base)` gives, with the secret of any API key in it taken out (an
