@@ -49,4 +49,14 @@ describe('addressKey', () => {
     expect(addressKey('2001:db8:1:2::7', 0)).toBe('::/0');
     expect(addressKey('not an address', 64)).toBeUndefined();
   });
+
+  it('keys an IPv4 client a NAT64/SIIT translator names (64:ff9b::/96) by its IPv4 address, not by the shared /64', () => {
+    expect(addressKey('64:ff9b::198.51.100.7', 64)).toBe('198.51.100.7');
+    expect(addressKey('64:ff9b::c633:6407', 64)).toBe('198.51.100.7');
+    expect(addressKey('64:ff9b::c633:6408', 48)).toBe('198.51.100.8');
+    expect(addressKey('64:ff9b::c633:6408', 128)).toBe('198.51.100.8');
+    // Outside the /96 it is an IPv6 address like any other.
+    expect(addressKey('64:ff9b:0:0:1::c633:6407', 64)).toBe('64:ff9b::/64');
+    expect(addressKey('64:ff9b:1::c633:6407', 64)).toBe('64:ff9b:1::/64');
+  });
 });

@@ -11,6 +11,12 @@
 import { isIP } from 'node:net';
 
 const IPV4_MAPPED_PREFIX = [0, 0, 0, 0, 0, 0xffff];
+/**
+ * The NAT64/SIIT well-known prefix 64:ff9b::/96 (RFC 6052): an IPv4 client reaching an IPv6 gateway
+ * through a translator appears as this prefix and its IPv4 address. Every such client shares one
+ * /64, so it is keyed by the IPv4 address it embeds, never by a prefix.
+ */
+const NAT64_WELL_KNOWN_PREFIX = [0x64, 0xff9b, 0, 0, 0, 0];
 
 /** The eight 16-bit groups of an IPv6 address, or undefined when `text` is not one. */
 export function ipv6Groups(text: string): number[] | undefined {
@@ -74,13 +80,18 @@ export function canonicalIp(text: string): string | undefined {
 
 /**
  * What per-address rate-limit counters and bans are keyed by: an IPv4 address (an IPv4-mapped IPv6
- * one too) itself; an IPv6 address's first `ipv6PrefixLength` bits as a CIDR block
- * (`2001:db8:1:2::/64`), or the address itself at 128. Undefined for a non-address.
+ * one too, and one translated into 64:ff9b::/96) itself; an IPv6 address's first `ipv6PrefixLength`
+ * bits as a CIDR block (`2001:db8:1:2::/64`), or the address itself at 128. Undefined for a
+ * non-address.
  */
 export function addressKey(text: string, ipv6PrefixLength: number): string | undefined {
   const canonical = canonicalIp(text);
-  if (canonical === undefined || isIP(canonical) === 4 || ipv6PrefixLength >= 128) return canonical;
+  if (canonical === undefined || isIP(canonical) === 4) return canonical;
   const groups = ipv6Groups(canonical)!;
+  // One key for all IPv4 clients of a translator would let any of them ban (or throttle) the rest.
+  if (NAT64_WELL_KNOWN_PREFIX.every((g, i) => groups[i] === g))
+    return [groups[6]! >> 8, groups[6]! & 0xff, groups[7]! >> 8, groups[7]! & 0xff].join('.');
+  if (ipv6PrefixLength >= 128) return canonical;
   const masked = groups.map((g, i) => {
     // bits 0 makes the mask 0xffff << 16 & 0xffff, which is 0.
     const bits = Math.min(16, Math.max(0, ipv6PrefixLength - i * 16));

@@ -334,13 +334,13 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_BAN_IPV6_PREFIX_LENGTH',
     kind: { type: 'int', min: 1, max: 128 },
     defaultValue: '64',
-    doc: 'How much of an IPv6 client address the `auth_failure` ban is keyed by (one host usually owns a whole /64); 128 = the exact address. IPv4 addresses are keyed whole.',
+    doc: 'How much of an IPv6 client address the `auth_failure` ban is keyed by (one host usually owns a whole /64); 128 = the exact address. IPv4 addresses are keyed whole, IPv4-mapped ones and those a NAT64/SIIT translator names in 64:ff9b::/96 too.',
   },
   {
     name: 'ARKVORY_RATE_LIMIT_IPV6_PREFIX_LENGTH',
     kind: { type: 'int', min: 1, max: 128 },
     defaultValue: '64',
-    doc: 'How much of an IPv6 client address the `ip` of the `gateway_request` and `transfer_bytes` rate limits is (`2001:db8:1:2::/64`: one host usually owns a whole /64 and could otherwise walk through 2^64 addresses past every per-address limit); 128 = the exact address. IPv4 addresses, IPv4-mapped IPv6 ones too, are keyed whole. Logs and the audit keep the full address.',
+    doc: 'How much of an IPv6 client address the `ip` of the `gateway_request` and `transfer_bytes` rate limits is (`2001:db8:1:2::/64`: one host usually owns a whole /64 and could otherwise walk through 2^64 addresses past every per-address limit); 128 = the exact address. IPv4 addresses, IPv4-mapped IPv6 ones and those a NAT64/SIIT translator names in 64:ff9b::/96 too, are keyed whole. Logs and the audit keep the full address.',
   },
   {
     name: 'ARKVORY_ROUTER_BACKENDS',

@@ -18,6 +18,14 @@ describe('banIdentity', () => {
     expect(banIdentity('127.0.0.1', {}, loopback, 64).key).toBe('127.0.0.1');
   });
 
+  it('keys the IPv4 clients of a NAT64/SIIT translator (64:ff9b::/96) each by its own address, not by their shared /64', () => {
+    expect(banIdentity('64:ff9b::203.0.113.9', {}, none, 64).key).toBe('203.0.113.9');
+    expect(banIdentity('64:ff9b::cb00:710a', {}, none, 64).key).toBe('203.0.113.10');
+    expect(banIdentity('127.0.0.1', { 'x-forwarded-for': '64:ff9b::198.51.100.1' }, loopback, 48).key).toBe(
+      '198.51.100.1',
+    );
+  });
+
   it('keys the forwarded client behind a trusted proxy, and nobody when only proxies are named', () => {
     expect(banIdentity('127.0.0.1', { 'x-forwarded-for': '198.51.100.1' }, loopback, 64).key).toBe('198.51.100.1');
     expect(banIdentity('127.0.0.1', { 'x-forwarded-for': '2001:db8::1:2:3:4' }, loopback, 48).key).toBe(

@@ -126,9 +126,15 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await as('198.51.100.7')).toBe(200);
     expect(await as('::ffff:198.51.100.7')).toBe(200);
     expect(await as('::ffff:c633:6407')).toBe(429);
+    // IPv4 clients of a NAT64/SIIT translator (64:ff9b::/96) share a /64 but are three clients.
+    expect(await as('64:ff9b::203.0.113.1')).toBe(200);
+    expect(await as('64:ff9b::203.0.113.2')).toBe(200);
+    expect(await as('64:ff9b::cb00:7103')).toBe(200);
     const keys = await redis.client.keys(`${redis.prefix}g${n}:rl:gateway_request:*`);
     const ipOf = (key: string) => decodeURIComponent(/\|ip=([^}]*)\}/.exec(key)?.[1] ?? '');
-    expect(new Set(keys.map(ipOf))).toEqual(new Set(['2001:db8:1:2::/64', '2001:db8:1:3::/64', '198.51.100.7']));
+    expect(new Set(keys.map(ipOf))).toEqual(
+      new Set(['2001:db8:1:2::/64', '2001:db8:1:3::/64', '198.51.100.7', '203.0.113.1', '203.0.113.2', '203.0.113.3']),
+    );
     expect(await gw.stop()).toBe(0);
   });
 
