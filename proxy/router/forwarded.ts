@@ -204,6 +204,17 @@ export function clientAddress(req: Pick<IncomingMessage, 'socket' | 'headers'>, 
   return clientAddressAlong(req.socket.remoteAddress, forwardingHops(req.headers) ?? [], trusted);
 }
 
+/**
+ * The `for=` nodes of a `Forwarded` value as `X-Forwarded-For` entries: an address as its canonical
+ * text, any other node (`unknown`, `_hidden`, a quoted string) as `unknown`, which stops a walk
+ * where the node would. Undefined without a node.
+ */
+function forwardedAsForwardedFor(forwarded: string | undefined): string | undefined {
+  if (forwarded === undefined) return undefined;
+  const nodes = forwardedForNodes(forwarded);
+  return nodes.length === 0 ? undefined : nodes.map((node) => normalizeAddress(node) ?? 'unknown').join(', ');
+}
+
 function forwardedNode(address: string): string {
   return isIP(address) === 6 ? `"[${address}]"` : address;
 }
@@ -305,8 +316,13 @@ export function buildUpstreamHeaders(input: ForwardingInput, cache?: HopCache): 
       hop.element = element;
     }
   }
-  const priorFor = fromProxy ? headerText(headers['x-forwarded-for']) : undefined;
   const priorForwarded = fromProxy ? headerText(headers.forwarded) : undefined;
+  // A trusted proxy that names its clients with `Forwarded` alone: its `for=` nodes go on in
+  // X-Forwarded-For too. Started afresh with the peer only, that header (which gateways read first)
+  // would name trusted hops only, and the client's failures would count against nobody.
+  const priorFor = fromProxy
+    ? (headerText(headers['x-forwarded-for']) ?? forwardedAsForwardedFor(priorForwarded))
+    : undefined;
   out.push(
     'x-forwarded-for',
     priorFor ? `${priorFor}, ${peer}` : peer,

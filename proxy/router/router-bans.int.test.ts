@@ -3,7 +3,7 @@
  * and clients bound to their own loopback addresses (127.0.0.2, 127.0.0.3, …; Linux routes all of
  * 127/8): one client's failed keys through the router never lock out another, with the router
  * listed in ARKVORY_TRUSTED_PROXIES, with the default (no proxy trusted, loopback included), and
- * behind a trusted proxy that sends `Forwarded` alone; a direct client naming a new
+ * behind a trusted proxy that sends `Forwarded` alone (to the gateway, or to a router in front of it); a direct client naming a new
  * X-Forwarded-For with each bad key is banned all the same, and a local client cannot get another
  * address banned by naming it; IPv6 clients are banned by prefix and by canonical address; the ban lines a peer forging X-Forwarded-For can mint are bounded; two
  * Authorization headers are refused by gateway and router alike; every answer carries
@@ -157,6 +157,25 @@ describe('a trusted proxy that names its clients with Forwarded alone (RFC 7239,
     const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
     expect(bans.map((l) => l.ip)).toEqual(['198.51.100.7', '2001:db8:5::/64']);
     expect(writer.logLines().filter((l) => l.code === 'untrusted_forwarder')).toEqual([]);
+  });
+});
+
+describe('a trusted proxy that sends Forwarded alone, in front of the router', () => {
+  it("its client's failed keys ban that client at the gateway, not nobody: the router's X-Forwarded-For names the same hops", async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    // The front proxy at 127.0.0.2, the router on 127.0.0.1: both trusted by the gateway, the proxy by the router.
+    const writer = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: '127.0.0.1,127.0.0.2' },
+    });
+    const router = await startRouter(writer, { ARKVORY_TRUSTED_PROXIES: '127.0.0.2' });
+    const via = (client: string, key: string) =>
+      from('127.0.0.2', `${router.url}${ADMIN_PATH}`, { ...bearer(key), forwarded: `for=${client};proto=http` });
+    await oneMinute();
+    for (let i = 0; i < 21; i++) expect((await via('198.51.100.17', badKey(admin.keyId))).status).toBe(401);
+    expect((await via('198.51.100.17', admin.key)).status).toBe(429);
+    expect((await via('198.51.100.18', admin.key)).status).toBe(200);
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual(['198.51.100.17']);
   });
 });
 

@@ -661,6 +661,34 @@ describe('buildUpstreamHeaders', () => {
     ]);
   });
 
+  it("carries a trusted proxy's Forwarded-only chain into X-Forwarded-For, so both name the same hops", () => {
+    const trusted = createTrustedProxies(['127.0.0.2']);
+    const build = (forwarded: string) =>
+      buildUpstreamHeaders({
+        ...head(['host', 'h', 'Forwarded', forwarded]),
+        remoteAddress: '127.0.0.2',
+        encrypted: false,
+        trusted,
+        requestId: 'r',
+      });
+    const sent = (out: string[], name: string) => out[out.indexOf(name) + 1];
+    const out = build('for=6.6.6.6, for="[2001:DB8::1]:4711";proto=https');
+    expect(sent(out, 'x-forwarded-for')).toBe('6.6.6.6, 2001:db8::1, 127.0.0.2');
+    expect(sent(out, 'forwarded')).toBe(
+      'for=6.6.6.6, for="[2001:DB8::1]:4711";proto=https, for=127.0.0.2;proto=http;host=h',
+    );
+    // A node that names no address stays one that stops the walk, in either header.
+    expect(sent(build('for=198.51.100.7, for=_hidden'), 'x-forwarded-for')).toBe('198.51.100.7, unknown, 127.0.0.2');
+    expect(sent(build('proto=https'), 'x-forwarded-for')).toBe('unknown, 127.0.0.2');
+    // The gateway behind, trusting router and proxy, finds the proxy's client either way.
+    const behind = createTrustedProxies(['127.0.0.1', '127.0.0.2']);
+    const req = {
+      socket: { remoteAddress: '127.0.0.1' },
+      headers: { 'x-forwarded-for': sent(out, 'x-forwarded-for') },
+    };
+    expect(clientAddress(req as unknown as Parameters<typeof clientAddress>[0], behind)).toBe('2001:db8::1');
+  });
+
   it('extends the chain of a trusted proxy (two X-Forwarded-For in order) and quotes IPv6 in Forwarded', () => {
     const trusted = createTrustedProxies(['::1']);
     const out = buildUpstreamHeaders({
