@@ -215,6 +215,18 @@ function forwardedAsForwardedFor(forwarded: string | undefined): string | undefi
   return nodes.length === 0 ? undefined : nodes.map((node) => normalizeAddress(node) ?? 'unknown').join(', ');
 }
 
+/** `proto=` of the last element of `Forwarded` (the sending proxy's own), when it is `http` or `https`. */
+function lastForwardedProto(value: string | string[] | undefined): string | undefined {
+  const elements = splitOutsideQuotes(headerText(value) ?? '', ',');
+  for (const pair of splitOutsideQuotes(elements.at(-1)!, ';')) {
+    const eq = pair.indexOf('=');
+    if (eq < 0 || pair.slice(0, eq).trim().toLowerCase() !== 'proto') continue;
+    const proto = parameterValue(pair.slice(eq + 1).trim())?.toLowerCase();
+    return proto === 'http' || proto === 'https' ? proto : undefined;
+  }
+  return undefined;
+}
+
 function forwardedNode(address: string): string {
   return isIP(address) === 6 ? `"[${address}]"` : address;
 }
@@ -302,7 +314,10 @@ export function buildUpstreamHeaders(input: ForwardingInput, cache?: HopCache): 
     out.push(name, rawHeaders[i + 1]!);
   }
   const { fromProxy, peer } = hop;
-  const proto = (fromProxy && headerText(headers['x-forwarded-proto'])) || (input.encrypted ? 'https' : 'http');
+  // A proxy that sends `Forwarded` alone says its client's scheme in its own (the last) element.
+  const proto =
+    (fromProxy && (headerText(headers['x-forwarded-proto']) || lastForwardedProto(headers.forwarded))) ||
+    (input.encrypted ? 'https' : 'http');
   const host = (fromProxy && headerText(headers['x-forwarded-host'])) || headerText(headers.host);
   let element: string;
   // The element of a connection's Host is kept: building it again gives the same text.

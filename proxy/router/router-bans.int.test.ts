@@ -179,6 +179,35 @@ describe('a trusted proxy that sends Forwarded alone, in front of the router', (
   });
 });
 
+describe('a trusted TLS-terminating proxy that sends Forwarded alone, in front of the router', () => {
+  it('its proto= reaches the gateway as X-Forwarded-Proto: a key sent over https is served, one over http refused', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_TRUSTED_PROXIES: '127.0.0.1,127.0.0.2',
+        ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS: '1',
+      },
+    });
+    const router = await startRouter(writer, { ARKVORY_TRUSTED_PROXIES: '127.0.0.2' });
+    const via = (proto: string) =>
+      from('127.0.0.2', `${router.url}${ADMIN_PATH}`, {
+        ...bearer(admin.key),
+        forwarded: `for=198.51.100.7, for=198.51.100.27;proto=${proto}`,
+      });
+    expect((await via('https')).status).toBe(200);
+    const refused = await via('http');
+    expect(refused.status).toBe(403);
+    expect(JSON.parse(refused.body)).toMatchObject({ code: 'tls_required' });
+    // A proto the client wrote in an element of its own is not the proxy's.
+    const planted = await from('127.0.0.2', `${router.url}${ADMIN_PATH}`, {
+      ...bearer(admin.key),
+      forwarded: 'for=198.51.100.7;proto=https, for=198.51.100.27',
+    });
+    expect(planted.status).toBe(403);
+  });
+});
+
 describe('a client naming a new X-Forwarded-For with each bad key', () => {
   it('from an untrusted address: its claimed clients charge it, and it is banned after 160 failures, whatever it names', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });

@@ -675,7 +675,7 @@ describe('buildUpstreamHeaders', () => {
     const out = build('for=6.6.6.6, for="[2001:DB8::1]:4711";proto=https');
     expect(sent(out, 'x-forwarded-for')).toBe('6.6.6.6, 2001:db8::1, 127.0.0.2');
     expect(sent(out, 'forwarded')).toBe(
-      'for=6.6.6.6, for="[2001:DB8::1]:4711";proto=https, for=127.0.0.2;proto=http;host=h',
+      'for=6.6.6.6, for="[2001:DB8::1]:4711";proto=https, for=127.0.0.2;proto=https;host=h',
     );
     // A node that names no address stays one that stops the walk, in either header.
     expect(sent(build('for=198.51.100.7, for=_hidden'), 'x-forwarded-for')).toBe('198.51.100.7, unknown, 127.0.0.2');
@@ -687,6 +687,30 @@ describe('buildUpstreamHeaders', () => {
       headers: { 'x-forwarded-for': sent(out, 'x-forwarded-for') },
     };
     expect(clientAddress(req as unknown as Parameters<typeof clientAddress>[0], behind)).toBe('2001:db8::1');
+  });
+
+  it("takes the client's scheme from a trusted proxy's own Forwarded element when it sends no X-Forwarded-Proto", () => {
+    const trusted = createTrustedProxies(['127.0.0.2']);
+    const proto = (raw: string[], remoteAddress = '127.0.0.2') => {
+      const out = buildUpstreamHeaders({
+        ...head(['host', 'h', ...raw]),
+        remoteAddress,
+        encrypted: false,
+        trusted,
+        requestId: 'r',
+      });
+      return [out[out.indexOf('x-forwarded-proto') + 1], out[out.indexOf('forwarded') + 1]!.split(', ').at(-1)];
+    };
+    expect(proto(['Forwarded', 'for=198.51.100.7;Proto="HTTPS"'])).toEqual([
+      'https',
+      'for=127.0.0.2;proto=https;host=h',
+    ]);
+    // Only the proxy's own (last) element counts; a proto the client wrote further left does not.
+    expect(proto(['Forwarded', 'for=6.6.6.6;proto=https, for=198.51.100.7'])[0]).toBe('http');
+    expect(proto(['Forwarded', 'for=198.51.100.7;proto=gopher'])[0]).toBe('http');
+    // The proxy's X-Forwarded-Proto still wins, and an untrusted peer's Forwarded says nothing.
+    expect(proto(['Forwarded', 'for=198.51.100.7;proto=https', 'X-Forwarded-Proto', 'http'])[0]).toBe('http');
+    expect(proto(['Forwarded', 'for=198.51.100.7;proto=https'], '203.0.113.9')[0]).toBe('http');
   });
 
   it('extends the chain of a trusted proxy (two X-Forwarded-For in order) and quotes IPv6 in Forwarded', () => {
