@@ -12,42 +12,17 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
-import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
-import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
-import { startStaticStore, type StaticStore } from '../../test/support/static-store.ts';
-import { stagedUploads } from '../../test/support/worker-instance.ts';
+import { holdPublishes, STAGING_BACKINGS, type StagingBacking } from '../../test/support/staging.ts';
 
-interface Backing {
-  env: Record<string, string>;
-  /** Every staged upload on the store, at any depth under tmp/. */
-  staged(): Promise<string[]>;
-  stop(): Promise<void>;
-}
-
-const backings: Record<'static-HTTP' | 'S3 (minio)', () => Promise<Backing>> = {
-  'static-HTTP': async () => {
-    const store: StaticStore = await startStaticStore();
-    return {
-      env: { ARKVORY_STORAGE_URL: store.url },
-      staged: () => stagedUploads(store.root),
-      stop: () => store.stop(),
-    };
-  },
-  'S3 (minio)': async () => {
-    const server: S3Server = await sharedS3Bucket('minio');
-    return { env: server.env(), staged: () => listKeys(server, 'tmp/'), stop: () => server.destroy() };
-  },
-};
-
-describe.each(Object.keys(backings) as Array<keyof typeof backings>)(
+describe.each(Object.keys(STAGING_BACKINGS) as Array<keyof typeof STAGING_BACKINGS>)(
   'a single gateway process on the %s store killed with an upload staged',
   (kind) => {
     const db = useTestDatabase();
-    let backing: Backing;
+    let backing: StagingBacking;
     let key: string;
 
     beforeAll(async () => {
-      backing = await backings[kind]();
+      backing = await STAGING_BACKINGS[kind]();
       await createRepository(db.pool, 'gs');
       ({ key } = await createServiceAccount(db.pool, { grants: { gs: 'write' } }));
     });
@@ -58,11 +33,8 @@ describe.each(Object.keys(backings) as Array<keyof typeof backings>)(
     it('leaves it on the store, and the next gateway removes it before it serves', async () => {
       const env = { ARKVORY_DATABASE_URL: db.url, ...backing.env };
       const killed = await startGateway({ env });
-      const lock = await db.pool.connect();
+      const held = await holdPublishes(db.pool);
       try {
-        // A publish looks its name up in the catalog once the bytes are staged: it waits there.
-        await lock.query('BEGIN');
-        await lock.query('LOCK TABLE arkvory_artifacts IN ACCESS EXCLUSIVE MODE');
         const put = request(`${killed.url}/api/v1/repositories/gs/artifacts/doomed.bin`, {
           method: 'PUT',
           headers: bearer(key),
@@ -78,15 +50,14 @@ describe.each(Object.keys(backings) as Array<keyof typeof backings>)(
 
         expect(await killed.stop('SIGKILL')).not.toBe(0);
         await expect(put).rejects.toThrow();
-        await lock.query('ROLLBACK');
+        await held.release();
         expect(await backing.staged()).toEqual(staged);
 
         const next = await startGateway({ env });
         expect(await backing.staged()).toEqual([]);
         expect(await next.stop()).toBe(0);
       } finally {
-        await lock.query('ROLLBACK').catch(() => undefined);
-        lock.release();
+        await held.release().catch(() => undefined);
         await killed.stop('SIGKILL');
       }
     });

@@ -12,44 +12,19 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
 import { openUploadWithParts } from '../../test/support/multipart-upload.ts';
-import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
-import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
-import { startStaticStore, type StaticStore } from '../../test/support/static-store.ts';
-import { stagedUploads } from '../../test/support/worker-instance.ts';
-
-interface Backing {
-  env: Record<string, string>;
-  /** Every staged upload on the store, at any depth under tmp/. */
-  staged(): Promise<string[]>;
-  stop(): Promise<void>;
-}
-
-const backings: Record<'static-HTTP' | 'S3 (minio)', () => Promise<Backing>> = {
-  'static-HTTP': async () => {
-    const store: StaticStore = await startStaticStore();
-    return {
-      env: { ARKVORY_STORAGE_URL: store.url },
-      staged: () => stagedUploads(store.root),
-      stop: () => store.stop(),
-    };
-  },
-  'S3 (minio)': async () => {
-    const server: S3Server = await sharedS3Bucket('minio');
-    return { env: server.env(), staged: () => listKeys(server, 'tmp/'), stop: () => server.destroy() };
-  },
-};
+import { holdPublishes, STAGING_BACKINGS, type StagingBacking } from '../../test/support/staging.ts';
 
 const active = (worker: GatewayProcess) => worker.logLines().some((l) => l.event === 'worker.active');
 
-describe.each(Object.keys(backings) as Array<keyof typeof backings>)(
+describe.each(Object.keys(STAGING_BACKINGS) as Array<keyof typeof STAGING_BACKINGS>)(
   'a separate completion worker on the %s store killed with an assembly staged',
   (kind) => {
     const db = useTestDatabase();
-    let backing: Backing;
+    let backing: StagingBacking;
     let key: string;
 
     beforeAll(async () => {
-      backing = await backings[kind]();
+      backing = await STAGING_BACKINGS[kind]();
       await createRepository(db.pool, 'cs');
       ({ key } = await createServiceAccount(db.pool, { grants: { cs: 'write' } }));
     });
@@ -65,11 +40,8 @@ describe.each(Object.keys(backings) as Array<keyof typeof backings>)(
       const repo = `${writer.url}/api/v1/repositories/cs`;
       const parts = [randomContent(64 * 1024), randomContent(1024)];
       const upload = await openUploadWithParts(repo, 'assembled.bin', key, parts);
-      const lock = await db.pool.connect();
+      const held = await holdPublishes(db.pool);
       try {
-        // A publish looks its name up in the catalog once the bytes are staged: it waits there.
-        await lock.query('BEGIN');
-        await lock.query('LOCK TABLE arkvory_artifacts IN ACCESS EXCLUSIVE MODE');
         const done = await request(`${repo}/uploads/${upload}/complete`, {
           method: 'POST',
           headers: { ...bearer(key), 'content-type': 'application/json' },
@@ -90,12 +62,11 @@ describe.each(Object.keys(backings) as Array<keyof typeof backings>)(
         const next = await startGateway({ env: { ...env, ARKVORY_ROLE: 'worker' }, waitFor: 'listening' });
         await waitUntil(() => active(next), { what: 'the next worker active', timeoutMs: 30_000 });
         expect(await backing.staged()).not.toContain(staged[0]);
-        await lock.query('ROLLBACK');
+        await held.release();
         expect(await next.stop()).toBe(0);
         expect(await writer.stop()).toBe(0);
       } finally {
-        await lock.query('ROLLBACK').catch(() => undefined);
-        lock.release();
+        await held.release().catch(() => undefined);
         await killed.stop('SIGKILL');
       }
     });

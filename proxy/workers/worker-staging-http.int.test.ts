@@ -6,6 +6,7 @@ import { randomContent } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
+import { holdPublishes } from '../../test/support/staging.ts';
 import {
   connectionsOnBothWorkers,
   stagedUploads,
@@ -55,13 +56,11 @@ describe('a worker of an instance on the static-HTTP store killed with an upload
         ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS: '120000',
       },
     });
-    const lock = await db.pool.connect();
+    let held: Awaited<ReturnType<typeof holdPublishes>> | undefined;
     try {
       await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
       const connections = await connectionsOnBothWorkers(gw.url, clients, 1);
-      // A publish looks its name up in the catalog once the bytes are staged: it waits there.
-      await lock.query('BEGIN');
-      await lock.query('LOCK TABLE arkvory_artifacts IN ACCESS EXCLUSIVE MODE');
+      held = await holdPublishes(db.pool);
 
       const doomed = upload(connections[1]!.client, keys[1]!, 'doomed.bin');
       let doomedFile: string | undefined;
@@ -89,13 +88,12 @@ describe('a worker of an instance on the static-HTTP store killed with an upload
       );
       expect(await stagedUploads(store.root)).toEqual([survivingFile]);
 
-      await lock.query('ROLLBACK');
+      await held.release();
       expect(await surviving).toBe(201);
       expect(await stagedUploads(store.root)).toEqual([]);
       expect(await gw.stop()).toBe(0);
     } finally {
-      await lock.query('ROLLBACK').catch(() => undefined);
-      lock.release();
+      await held?.release().catch(() => undefined);
       await gw.stop();
       await store.stop();
     }

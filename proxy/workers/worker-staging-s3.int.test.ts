@@ -18,6 +18,7 @@ import { startGateway } from '../../test/support/gateway.ts';
 import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
 import { connectionsOnBothWorkers, waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
+import { holdPublishes } from '../../test/support/staging.ts';
 
 const MiB = 1024 * 1024;
 const db = useTestDatabase();
@@ -72,7 +73,7 @@ describe('a worker of an instance on the S3 store killed with uploads staged', (
         ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS: '120000',
       },
     });
-    const lock = await db.pool.connect();
+    let held: Awaited<ReturnType<typeof holdPublishes>> | undefined;
     let release!: () => void;
     const released = new Promise<void>((resolve) => {
       release = resolve;
@@ -80,9 +81,7 @@ describe('a worker of an instance on the S3 store killed with uploads staged', (
     try {
       await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
       const [first, , second, third] = await connectionsOnBothWorkers(gw.url, clients, 2);
-      // A publish looks its name up in the catalog once the bytes are staged: it waits there.
-      await lock.query('BEGIN');
-      await lock.query('LOCK TABLE arkvory_artifacts IN ACCESS EXCLUSIVE MODE');
+      held = await holdPublishes(db.pool);
 
       const doomed = put(second!.client, keys[1]!, 'doomed.bin', randomContent(64 * 1024));
       let doomedKey: string | undefined;
@@ -132,14 +131,13 @@ describe('a worker of an instance on the S3 store killed with uploads staged', (
       expect(await listKeys(server, 'tmp/')).toEqual([survivingKey]);
       expect(await openMultipartUploads()).toEqual([]);
 
-      await lock.query('ROLLBACK');
+      await held.release();
       expect(await surviving).toBe(201);
       expect(await listKeys(server, 'tmp/')).toEqual([]);
       expect(await gw.stop()).toBe(0);
     } finally {
       release();
-      await lock.query('ROLLBACK').catch(() => undefined);
-      lock.release();
+      await held?.release().catch(() => undefined);
       await gw.stop();
     }
   });
