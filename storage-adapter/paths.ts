@@ -46,6 +46,17 @@ export const TMP_DIR = 'tmp';
  * a writer leaves alone and the worker that takes the worker lock empties (`clearStaging`).
  */
 export const WORKER_STAGING_DIR = 'worker';
+
+/**
+ * Where a remote store's process stages whole uploads: a separate completion worker under
+ * tmp/worker/, which it alone empties; a writer with a staging directory of its own (`ownStaging`,
+ * its worker index's) under it, which its replacement empties; anyone else in tmp/ itself.
+ */
+export function stagingDirOf(role: string, ownStaging: string | undefined): string {
+  if (role === 'worker') return `${TMP_DIR}/${WORKER_STAGING_DIR}`;
+  if (role === 'writer' && ownStaging !== undefined) return `${TMP_DIR}/${ownStaging}`;
+  return TMP_DIR;
+}
 export const BLOBS_DIR = path.join('blobs', 'sha256');
 export const UPLOADS_DIR = 'uploads';
 

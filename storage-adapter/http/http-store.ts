@@ -28,7 +28,7 @@ import {
 import { httpIdentity, httpParts, httpTree } from './http-tree.ts';
 import { WebDavClient } from './http-webdav.ts';
 import { openingStorageId, type StorageRole } from '../identity.ts';
-import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR, WORKER_STAGING_DIR } from '../paths.ts';
+import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, stagingDirOf, TMP_DIR } from '../paths.ts';
 import type { ByteRange } from '../range.ts';
 import { type ObjectVersion, openRangeStream, type RangeStream, rangeStreamReader } from '../streaming/range-stream.ts';
 import type { BlobReader, OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
@@ -58,12 +58,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
   const identity = httpIdentity(dav);
 
   // A separate completion worker stages apart from every writer: it alone empties its directory.
-  const stagingDir =
-    role === 'worker'
-      ? `${TMP_DIR}/${WORKER_STAGING_DIR}`
-      : role === 'writer' && options.ownStaging !== undefined
-        ? `${TMP_DIR}/${options.ownStaging}`
-        : TMP_DIR;
+  const stagingDir = stagingDirOf(role, options.ownStaging);
 
   let storageId: string;
   try {

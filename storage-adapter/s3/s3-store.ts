@@ -24,7 +24,7 @@ import { StorageError } from '../errors.ts';
 import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { openingStorageId, type IdentityObject, type StorageRole } from '../identity.ts';
-import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR, WORKER_STAGING_DIR } from '../paths.ts';
+import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, stagingDirOf, TMP_DIR } from '../paths.ts';
 import { type ObjectVersion, openRangeStream, type RangeStream, rangeStreamReader } from '../streaming/range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
@@ -179,12 +179,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const lendsChunks = socketReads === undefined;
 
   // A separate completion worker stages apart from every writer: it alone empties its prefix.
-  const stagingDir =
-    role === 'worker'
-      ? `${TMP_DIR}/${WORKER_STAGING_DIR}`
-      : role === 'writer' && options.ownStaging !== undefined
-        ? `${TMP_DIR}/${options.ownStaging}`
-        : TMP_DIR;
+  const stagingDir = stagingDirOf(role, options.ownStaging);
 
   const identity = identityObject(client, location);
   let storageId: string;
