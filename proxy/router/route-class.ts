@@ -1,9 +1,15 @@
 /**
  * Which gateways may answer a request, from its method and raw path alone (pure). Only the byte
  * reads of DESIGN.md ("content reads") may go to a reader; everything else stays on the writer.
- * The path is matched segment by segment without decoding, so `%2F` inside a name stays inside
- * its segment, exactly as the gateways' route table sees it.
+ * The path classified is the one the gateway will route, from the gateway's own parse of the target
+ * (`parseRequestTarget`: `..` and `%2e%2e` segments resolved, `\` read as `/`), while the target
+ * is forwarded as received: classified as written, `…/packages/x/../content` would be a content
+ * read to the router and another route on the reader it picked, and an apt file name of
+ * `..\..\…\console\` the console. The path is matched segment by segment without decoding, so
+ * `%2F` inside a name stays inside its segment, exactly as the gateways' route table sees it.
  */
+
+import { parseRequestTarget } from '../server/request-path.ts';
 
 /** `content-read`: any healthy gateway. `write`: a mutating method or `/console/`. `writer`: the rest. */
 export type RequestClass = 'content-read' | 'write' | 'writer';
@@ -84,15 +90,14 @@ export function classifyRequest(method: string, rawUrl: string): RequestClass {
   // Stryker disable next-line ConditionalExpression,LogicalOperator,StringLiteral: equivalent: a fast path for what node:http sends (→ true is killed)
   const upper = method === 'GET' || method === 'HEAD' ? method : method.toUpperCase();
   if (!READ_METHODS.has(upper)) return 'write';
-  let end = rawUrl.indexOf('?');
-  if (end === -1) end = rawUrl.length;
-  const hash = rawUrl.indexOf('#');
-  // Stryker disable next-line EqualityOperator: equivalent: `#` and `?` are never at the same index
-  if (hash !== -1 && hash < end) end = hash;
-  // Stryker disable next-line ConditionalExpression: equivalent: slicing the whole URL gives the URL (→ true is killed)
-  const path = end === rawUrl.length ? rawUrl : rawUrl.slice(0, end);
+  const parsed = parseRequestTarget(rawUrl);
+  // No URL: the writer answers it 400 `invalid_request`, as any gateway would.
+  if (parsed === undefined) return 'writer';
+  const path = typeof parsed === 'string' ? parsed : parsed.pathname;
   if (path === '/console' || path.startsWith('/console/')) return 'write';
-  if ((upper === 'GET' || upper === 'HEAD') && isContentReadPath(path)) return 'content-read';
+  // The absolute form (a proxy's request line) stays on the writer, which routes every path.
+  if ((upper === 'GET' || upper === 'HEAD') && rawUrl.charCodeAt(0) === 47 /* '/' */ && isContentReadPath(path))
+    return 'content-read';
   return 'writer';
 }
 

@@ -400,6 +400,61 @@ describe('router: one writer, two readers', () => {
     expect(JSON.parse(limited.body.toString())).toEqual(JSON.parse(limitedDirect.body.toString()));
   });
 
+  it('sends a read by the path the gateways route (`..`, `%2e%2e` and `\\` resolved), not by the path as written', async () => {
+    /** A GET with its target sent byte for byte: a URL string given to node:http would be resolved first. */
+    const rawGet = (origin: string, target: string, headers: Record<string, string>) =>
+      new Promise<number>((resolve, reject) => {
+        const { hostname, port } = new URL(origin);
+        http
+          .get({ host: hostname, port, path: target, headers, agent: false }, (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          })
+          .on('error', reject);
+      });
+    const repo = '/api/v1/repositories/shared';
+    const cases: Array<[target: string, kind: string]> = [
+      // Written as a content read, routed as a package's metadata (a package named "content").
+      [`${repo}/packages/x/../content`, 'writer'],
+      [`${repo}/packages/x/%2e%2e/content`, 'writer'],
+      [`${repo}/packages/x/.%2E/content`, 'writer'],
+      // An apt file name whose backslashes climb to the console.
+      [`${repo}/packages/n/v/apt/${'..\\'.repeat(8)}console\\`, 'write'],
+      // …or to an admin route.
+      [`${repo}/packages/n/v/apt/${'..\\'.repeat(6)}admin\\quotas\\repositories\\shared`, 'writer'],
+      // Written as something else, routed as a content read.
+      [`${repo}/x/../artifacts/big.bin/content`, 'content-read'],
+      [`${repo}\\artifacts\\big.bin\\content`, 'content-read'],
+    ];
+    const tag = `dots-${randomBytes(3).toString('hex')}-`;
+    const headers = (i: number) => ({ ...bearer(key), range: 'bytes=0-9', 'x-request-id': `${tag}${i}` });
+    for (const [i, [target]] of cases.entries()) {
+      const status = await rawGet(router.url, target, headers(i));
+      // The answer is the one the writer gives to the same target.
+      expect(status, target).toBe(await rawGet(writer.url, target, { ...bearer(key), range: 'bytes=0-9' }));
+    }
+    for (const [i, [target, kind]] of cases.entries()) {
+      const routed = await waitFor(
+        'the router line',
+        async () => router.logLines().find((l) => l.msg === 'request' && l.clientReqId === `${tag}${i}`),
+        5000,
+      );
+      expect(routed.kind, target).toBe(kind);
+      const served = await waitFor(
+        "the gateway's line",
+        async () => {
+          const at = [writer, ...readers].findIndex((g) =>
+            g.logLines().some((l) => l.msg === 'request' && l.clientReqId === routed.reqId),
+          );
+          return at < 0 ? undefined : at;
+        },
+        5000,
+      );
+      // Anything but a content read is the writer's (index 0).
+      if (kind !== 'content-read') expect(served, target).toBe(0);
+    }
+  });
+
   it('drops a hung gateway from the pool within 2 probe intervals and takes it back when it answers again', async () => {
     const victim = readers[1]!;
     expect((await routerStatus()).body.backends.healthy).toBe(3);

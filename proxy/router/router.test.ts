@@ -61,6 +61,21 @@ describe('classifyRequest', () => {
     ['GET', `${repo}/./%2x/artifacts/a/content`, 'writer'],
     ['GET', `${repo}/./%3e/artifacts/a/content`, 'writer'],
     ['GET', `${repo}/%2eX/artifacts/a/content`, 'writer'],
+    // The path the gateway routes, not the one written: `..`, `%2e%2e`, `.%2E` resolved, `\` read as `/`.
+    ['GET', `${repo}/packages/x/../content`, 'writer'],
+    ['GET', `${repo}/packages/x/%2e%2e/content`, 'writer'],
+    ['GET', `${repo}/packages/x/.%2E/content`, 'writer'],
+    ['GET', `${repo}/packages/p/1.0/apt/${'..\\'.repeat(8)}console\\`, 'write'],
+    ['GET', `${repo}/packages/p/1.0/apt/${'..\\'.repeat(6)}admin\\quotas`, 'writer'],
+    ['GET', '/x/../console/', 'write'],
+    ['GET', '/x/..\\console', 'write'],
+    ['GET', `${repo}/x/../artifacts/a/content`, 'content-read'],
+    ['GET', `${repo}/x/%2E%2e/artifacts/a/content`, 'content-read'],
+    ['GET', `${repo}\\artifacts\\a\\content`, 'content-read'],
+    ['GET', `${repo}/artifacts/a/content/..`, 'writer'],
+    ['GET', `${repo}/artifacts/a/..%2Fcontent`, 'writer'],
+    // No URL at all: the writer answers it 400.
+    ['GET', 'http://[gw/x', 'writer'],
     // Without one, the scan: a word must be the whole segment.
     ['GET', `${repo}/artifacts/a/contentx`, 'writer'],
     ['GET', `${repo}/artifactsx/a/content`, 'writer'],

@@ -22,7 +22,7 @@ import {
   type FrontDoorLimits,
 } from './front-door.ts';
 import { RouteTable } from './route-table.ts';
-import { simplePathname } from './request-path.ts';
+import { parseRequestTarget } from './request-path.ts';
 import type { AuditSink, Gate, RequestContext, RequestObservation, Route } from './route-types.ts';
 import { runInTrace } from '../tracing/request-trace.ts';
 import type { Tracing } from '../tracing/tracing.ts';
@@ -104,16 +104,9 @@ export function createGatewayServer(options: {
     // The URL object is built when a handler asks for it (the query of a pre-signed link), or at
     // once when the path is not simple enough to read without the parser (request-path.ts).
     const target = req.url ?? '/';
-    let url: URL | undefined;
-    let pathname = simplePathname(target);
-    if (pathname === undefined) {
-      try {
-        url = new URL(target, 'http://gateway.invalid');
-      } catch {
-        url = undefined;
-      }
-      pathname = url?.pathname;
-    }
+    const parsed = parseRequestTarget(target);
+    const url = typeof parsed === 'string' ? undefined : parsed;
+    const pathname = typeof parsed === 'string' ? parsed : parsed?.pathname;
     const exchange = new RequestExchange(exchangeServer, req, res, reqId, clientReqId, url);
     res.exchange = exchange;
     res.on('close', onResponseClose);

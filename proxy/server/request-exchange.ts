@@ -17,6 +17,7 @@ import { CLIENT_CLOSED_REQUEST, recordedStatus } from './recorded-status.ts';
 import type { GatewayResponse } from './gateway-response.ts';
 import type { RequestContext, RequestObservation } from './route-types.ts';
 import type { RequestTrace } from '../tracing/request-trace.ts';
+import { TARGET_BASE } from './request-path.ts';
 
 const NO_PARAMS: Readonly<Record<string, string>> = Object.freeze({});
 
@@ -96,7 +97,7 @@ export class RequestExchange implements RequestContext {
 
   /** Built when a handler asks for it (the query of a pre-signed link). */
   get url(): URL {
-    return (this.#url ??= new URL(this.#target, 'http://gateway.invalid'));
+    return (this.#url ??= new URL(this.#target, TARGET_BASE));
   }
 
   /** Created on first use: most requests never log through it, and a pino child is dear per request. */

@@ -15,3 +15,23 @@ export function simplePathname(target: string): string | undefined {
   if (!SIMPLE_PATH.test(path) || DOT_SEGMENT.test(path)) return undefined;
   return path;
 }
+
+/** What a request target is resolved against: only its path (and query) are ever read. */
+export const TARGET_BASE = 'http://gateway.invalid';
+
+/**
+ * A request target as the gateway routes it: its pathname when `simplePathname` can tell it, else
+ * the URL the WHATWG parser makes of it (whose `pathname` is the routed one: `.`, `..`, `%2e%2e`
+ * segments resolved, `\` read as `/`), or undefined when it is no URL (400 `invalid_request`).
+ * The router classifies a request by the same answer (proxy/router/route-class.ts), so a path
+ * cannot be one route to the router and another to the gateway it sends it to.
+ */
+export function parseRequestTarget(target: string): string | URL | undefined {
+  const simple = simplePathname(target);
+  if (simple !== undefined) return simple;
+  try {
+    return new URL(target, TARGET_BASE);
+  } catch {
+    return undefined;
+  }
+}
