@@ -65,14 +65,31 @@ describe('storage quotas (real PostgreSQL)', () => {
       reservedBytes: 0,
       remainingBytes: null,
     });
-    expect((await quotas.show('repository', b)).storedBytes).toBe(1000);
-    expect((await quotas.show('principal', principalId)).storedBytes).toBe(2000);
+    expect((await quotas.show('repository', b))!.storedBytes).toBe(1000);
+    expect((await quotas.show('principal', principalId))!.storedBytes).toBe(2000);
     // A delete gives the bytes back at once (only when no other name in the repository holds the blob).
     await catalog.remove({ repository: a, kind: 'artifact', name: 'one', version: '', asset: '' });
-    expect((await quotas.show('repository', a)).storedBytes).toBe(1300);
+    expect((await quotas.show('repository', a))!.storedBytes).toBe(1300);
     await catalog.remove({ repository: a, kind: 'artifact', name: 'same-bytes', version: '', asset: '' });
-    expect((await quotas.show('repository', a)).storedBytes).toBe(300);
-    expect((await quotas.show('principal', principalId)).storedBytes).toBe(1000);
+    expect((await quotas.show('repository', a))!.storedBytes).toBe(300);
+    expect((await quotas.show('principal', principalId))!.storedBytes).toBe(1000);
+  });
+
+  it('shows nothing for a subject that does not exist, unless a quota is set under its name', async () => {
+    const quotas = createStorageQuotas(db.pool);
+    const missing = `quota-missing-${randomUUID().slice(0, 8)}`;
+    expect(await quotas.show('repository', missing)).toBeUndefined();
+    expect(await quotas.show('principal', randomUUID())).toBeUndefined();
+    // A quota row its repository does not back (set before quotas were refused on missing ones) stays visible, as in list.
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 10)`,
+      [missing],
+    );
+    try {
+      expect(await quotas.show('repository', missing)).toMatchObject({ limitBytes: 10, storedBytes: 0 });
+    } finally {
+      await db.pool.query(`DELETE FROM arkvory_storage_quotas WHERE subject = $1`, [missing]);
+    }
   });
 
   it('20 reservations from 3 connections pools racing for the last 100 MiB: exactly 10 of 10 MiB fit, never more', async () => {
@@ -171,7 +188,7 @@ describe('storage quotas (real PostgreSQL)', () => {
     expect(reservation.bytes).toBe(1000);
     await reservation.ensure(2001); // the step (3000) does not fit; exactly 2001 does
     expect(reservation.bytes).toBe(2001);
-    expect((await quotas.show('repository', repository)).reservedBytes).toBe(2001);
+    expect((await quotas.show('repository', repository))!.reservedBytes).toBe(2001);
     await expect(reservation.ensure(2501)).rejects.toMatchObject({
       code: 'quota_exceeded',
       details: { quotaBytes: 2500, usageBytes: 0, remainingBytes: 2500, requestedBytes: 2501 },
@@ -179,7 +196,7 @@ describe('storage quotas (real PostgreSQL)', () => {
     expect(reservation.bytes).toBe(2001);
     await reservation.release();
     expect(await reservation.release()).toBeUndefined();
-    expect((await quotas.show('repository', repository)).reservedBytes).toBe(0);
+    expect((await quotas.show('repository', repository))!.reservedBytes).toBe(0);
   });
 
   it('a reservation pinned to a blob the subject counts costs nothing, counts again if its last row goes, and counts once with others of the same blob', async () => {

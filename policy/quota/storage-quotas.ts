@@ -142,8 +142,13 @@ export interface StorageQuotas {
   ): Promise<void>;
   /** Every quota set, with its usage. */
   list(): Promise<QuotaUsage[]>;
-  /** One subject's usage, and its limit if one is set. */
-  show(scope: QuotaScope, subject: string): Promise<QuotaUsage>;
+  /**
+   * One subject's usage, and its limit if one is set; undefined when the repository (by name) or
+   * principal (by id) does not exist and no quota is set for it (a mistyped name, which would
+   * otherwise read as an empty subject). A quota row its subject no longer backs is still shown, as
+   * `list` shows it, so it can be seen and unset.
+   */
+  show(scope: QuotaScope, subject: string): Promise<QuotaUsage | undefined>;
   /** Sets the limit; false when the repository (by name) or principal (by id) does not exist. */
   set(scope: QuotaScope, subject: string, limitBytes: number): Promise<boolean>;
   /** Removes the limit; false when none was set. */
@@ -161,6 +166,12 @@ export interface StorageQuotaOptions {
 }
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
+
+/** A query finding subject `$2` (a repository by name, a principal by id) where it is kept. */
+const SUBJECT_EXISTS: Record<QuotaScope, string> = {
+  repository: 'SELECT 1 FROM arkvory_repositories WHERE name = $2::text',
+  principal: 'SELECT 1 FROM arkvory_principals WHERE id = $2::text::uuid',
+};
 
 /**
  * A subject's stored and reserved bytes, read at one instant (`USAGE_SQL`); `except` is left out of
@@ -389,18 +400,18 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
       return out;
     },
     async show(scope, subject) {
-      const { rows } = await pool.query<{ limit_bytes: string }>(
-        'SELECT limit_bytes::text FROM arkvory_storage_quotas WHERE scope = $1 AND subject = $2',
+      const { rows } = await pool.query<{ limit_bytes: string | null; found: boolean }>(
+        `SELECT (SELECT limit_bytes::text FROM arkvory_storage_quotas WHERE scope = $1 AND subject = $2) AS limit_bytes,
+                EXISTS (${SUBJECT_EXISTS[scope]}) AS found`,
         [scope, subject],
       );
-      return usageOf(scope, subject, rows[0] ? Number(rows[0].limit_bytes) : null);
+      const { limit_bytes: limit, found } = rows[0]!;
+      if (!found && limit === null) return undefined;
+      return usageOf(scope, subject, limit === null ? null : Number(limit));
     },
     async set(scope, subject, limitBytes) {
       // In one statement: a subject deleted meanwhile gets no quota either.
-      const exists =
-        scope === 'repository'
-          ? 'SELECT 1 FROM arkvory_repositories WHERE name = $2::text'
-          : 'SELECT 1 FROM arkvory_principals WHERE id = $2::text::uuid';
+      const exists = SUBJECT_EXISTS[scope];
       const result = await pool.query(
         `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) SELECT $1::text, $2::text, $3::bigint WHERE EXISTS (${exists})
          ON CONFLICT (scope, subject) DO UPDATE SET limit_bytes = EXCLUDED.limit_bytes, updated_at = now()`,

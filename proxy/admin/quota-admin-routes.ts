@@ -52,6 +52,12 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
     }
     return found;
   };
+  /** The subject's usage; 404 for a repository that does not exist (a typo), as `PUT` refuses it. */
+  const usage = async (scope: QuotaScope, id: string, ctx: RequestContext): Promise<QuotaUsage> => {
+    const shown = await quotas.show(scope, id);
+    if (shown === undefined) throw new GatewayError('not_found', `No ${scope} ${ctx.params.subject}.`);
+    return shown;
+  };
   const routes: Route[] = [
     {
       methods: ['GET'],
@@ -70,7 +76,7 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
         template,
         access: 'admin',
         async handle(ctx) {
-          sendJson(ctx.res, 200, quotaBody(await quotas.show(scope, await subject(scope, ctx))));
+          sendJson(ctx.res, 200, quotaBody(await usage(scope, await subject(scope, ctx), ctx)));
         },
       },
       {
@@ -85,7 +91,7 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
             throw new GatewayError('not_found', `No ${scope} ${ctx.params.subject}.`);
           ctx.auditTarget = { scope, subject: id };
           ctx.auditDetails = { limitBytes };
-          sendJson(ctx.res, 200, quotaBody(await quotas.show(scope, id)));
+          sendJson(ctx.res, 200, quotaBody(await usage(scope, id, ctx)));
         },
       },
       {

@@ -68,6 +68,12 @@ describe('arkvory quota', () => {
       stderr: 'arkvory: not_found: no repository cli-quotas\n',
     });
     expect((await db.pool.query(`SELECT 1 FROM arkvory_storage_quotas WHERE subject = 'cli-quotas'`)).rowCount).toBe(0);
+    const typoShown = await runCli(['quota', 'show', '--repository', 'cli-quotas'], env);
+    expect({ code: typoShown.code, stdout: typoShown.stdout, stderr: typoShown.stderr }).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'arkvory: not_found: no repository cli-quotas\n',
+    });
     const badSize = await runCli(['quota', 'set', '--repository', 'cli-quota', '--bytes', 'lots'], env);
     expect(badSize.code).toBe(2);
     expect(badSize.stderr).toContain('is not a size');

@@ -2,7 +2,7 @@ import { parseSize } from './client-commands.ts';
 import { noSuchPrincipal } from '../../policy/auth/admin-store.ts';
 import { quotaBody } from '../admin/quota-admin-routes.ts';
 import type { QuotaScope } from '../../policy/quota/quota-check.ts';
-import { createStorageQuotas, type StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import { createStorageQuotas, type QuotaUsage, type StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { openCliPool } from './cli-database.ts';
 import { type CliAction, recordCliAction } from './cli-audit.ts';
 import { GatewayError } from '../server/errors.ts';
@@ -52,6 +52,13 @@ async function subject(quotas: StorageQuotas, scope: QuotaScope, named: string):
     : noSuchPrincipal(named);
 }
 
+/** The subject's usage; `not_found` for a repository that does not exist (a typo), as `set` refuses it. */
+async function usage(quotas: StorageQuotas, scope: QuotaScope, id: string, named: string): Promise<QuotaUsage> {
+  const shown = await quotas.show(scope, id);
+  if (shown === undefined) throw new GatewayError('not_found', `no ${scope} ${named}`);
+  return shown;
+}
+
 export const quotaCommand: Command = defineCommand({
   name: 'quota',
   summary: 'storage quotas per repository and per principal: list, show usage, set, unset',
@@ -75,7 +82,9 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
       options: SUBJECT_OPTIONS,
       run: (input, env) => {
         const { scope, named } = scopeOf(input);
-        return withQuotas(env, async (q) => ({ out: quotaBody(await q.show(scope, await subject(q, scope, named))) }));
+        return withQuotas(env, async (q) => ({
+          out: quotaBody(await usage(q, scope, await subject(q, scope, named), named)),
+        }));
       },
     }),
     form({
@@ -95,7 +104,7 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
           const id = await subject(q, scope, named);
           if (!(await q.set(scope, id, limitBytes))) throw new GatewayError('not_found', `no ${scope} ${named}`);
           return {
-            out: quotaBody(await q.show(scope, id)),
+            out: quotaBody(await usage(q, scope, id, named)),
             audit: { action: 'quota.set', target: { scope, subject: id }, details: { limitBytes } },
           };
         });

@@ -157,6 +157,12 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(typo.status).toBe(404);
     expect(await typo.json()).toMatchObject({ code: 'not_found', message: 'No repository quota-racr.' });
     expect((await db.pool.query(`SELECT 1 FROM arkvory_storage_quotas WHERE subject = 'quota-racr'`)).rowCount).toBe(0);
+    // Nor is it shown as an empty repository, where the typo would go unnoticed.
+    const typoShown = await fetch(`${gw.url}/api/v1/admin/quotas/repositories/quota-racr`, {
+      headers: bearer(admin.key),
+    });
+    expect(typoShown.status).toBe(404);
+    expect(await typoShown.json()).toMatchObject({ code: 'not_found', message: 'No repository quota-racr.' });
 
     const answers = await Promise.all(
       Array.from({ length: 20 }, (_, i) => put(artifact(`race-${i}`), writer.key, payload(i))),
