@@ -89,6 +89,14 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     maintenance: ALL_DATA,
     rules: READ,
   },
+  // When a principal's grant on a repository was last removed (0078): written only by the grants'
+  // trigger, as the schema owner; read with the grants by every key check (so the rules service too).
+  arkvory_grant_removals: {
+    writer: READ,
+    reader: READ,
+    maintenance: ALL_DATA,
+    rules: READ,
+  },
   // Bumped by the owner's trigger functions (0020), read by every cache.
   arkvory_auth_epoch: {
     writer: READ,
@@ -243,6 +251,7 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
   'arkvory_auth_changed()': {},
   'arkvory_catalog_changed()': {},
   'arkvory_principal_disabled_at()': {},
+  'arkvory_grant_removed()': {},
   'arkvory_blob_slices_backfilled()': {},
   'arkvory_artifact_deleted()': {},
   'arkvory_artifact_created_at()': {},

@@ -132,6 +132,8 @@ async function listPartials(dir: string): Promise<string[]> {
 
 /** When the backed-up disabled principal was disabled: long before the backup and its restore. */
 const RETIRED_AT = '2021-03-04T05:06:07.123456Z';
+/** When the backed-up re-granted principal's grant was removed: long before the backup too. */
+const REGRANT_REMOVED_AT = '2022-04-05T06:07:08.654321Z';
 
 describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
   const db = useTestDatabase();
@@ -143,6 +145,20 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
     // A principal disabled long before the backup (disabled_at is set by a trigger as it is disabled).
     await db.pool.query(`INSERT INTO arkvory_principals (name, disabled) VALUES ('retired', true)`);
     await db.pool.query(`UPDATE arkvory_principals SET disabled_at = $1 WHERE name = 'retired'`, [RETIRED_AT]);
+    // A grant removed long before the backup and given back since (the removal is stamped by a trigger).
+    const regranted = await createServiceAccount(db.pool, {
+      name: 'regranted',
+      scopes: ['read'],
+      grants: { bk: 'read' },
+    });
+    await db.pool.query('DELETE FROM arkvory_grants WHERE principal_id = $1', [regranted.principalId]);
+    await db.pool.query('UPDATE arkvory_grant_removals SET removed_at = $1 WHERE principal_id = $2', [
+      REGRANT_REMOVED_AT,
+      regranted.principalId,
+    ]);
+    await db.pool.query(`INSERT INTO arkvory_grants (principal_id, repository, permission) VALUES ($1, 'bk', 'read')`, [
+      regranted.principalId,
+    ]);
     const sourceStore = kind === 'http' ? await startStaticStore() : undefined;
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: sourceStore?.url } });
     const uploads: Upload[] = [];
@@ -273,6 +289,16 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
         )
       ).rows,
     ).toEqual([{ disabled: true, kept: true }]);
+    // A grant's removal keeps its time too: the links made before it stay void, and no later ones become so.
+    expect(
+      (
+        await target.pool.query(
+          `SELECT p.name, x.repository, x.removed_at = $1::timestamptz AS kept
+             FROM arkvory_grant_removals x JOIN arkvory_principals p ON p.id = x.principal_id`,
+          [REGRANT_REMOVED_AT],
+        )
+      ).rows,
+    ).toEqual([{ name: 'regranted', repository: 'bk', kept: true }]);
 
     const names = new Set(
       (
