@@ -30,6 +30,7 @@ import type { Permission } from './authorize.ts';
 import { parseAuthorization, secretMatches } from './key-format.ts';
 import type { GroupCeilings, Principal, RepositoryCeilings, Scope } from './principal.ts';
 import { isPromise, type MaybePromise } from '../../lib/maybe-promise.ts';
+import { linkOutlivedGrant } from './presign-signature.ts';
 
 interface KeyEntry {
   principalId: string;
@@ -49,6 +50,16 @@ interface KeyEntry {
    * It lives only as long as this cached entry, which any change of the key's state clears.
    */
   verifiedSecret?: string;
+}
+
+/** A principal's grant on one repository as cached. */
+interface GrantEntry {
+  readonly permission: Permission;
+  /**
+   * When the grant was last removed before it was given again (wall ms of the database's clock), or
+   * undefined: a pre-signed link made before that stays void (`grantForLinkNow`).
+   */
+  readonly removedAtMs: number | undefined;
 }
 
 /** A certificate binding as cached: the principal a SAN list resolves to. */
@@ -116,7 +127,7 @@ export class Authenticator {
   readonly #pool: pg.Pool;
   readonly #options: AuthenticatorOptions;
   readonly #keys: BoundedCache<KeyEntry | null>;
-  readonly #grants: BoundedCache<Map<string, Permission>>;
+  readonly #grants: BoundedCache<Map<string, GrantEntry>>;
   /** Ceilings of the repositories the cached grants name, read with them (same epoch). */
   readonly #repositoryCeilings: BoundedCache<RepositoryCeilings>;
   /** Certificate bindings by the certificate's SAN list (joined): an entry, `ambiguous`, or null (unbound). */
@@ -396,29 +407,56 @@ export class Authenticator {
 
   /** `grant`, answering at once from the trusted cache. */
   grantNow(principalId: string, repository: string): MaybePromise<Permission | undefined> {
+    const entry = this.#grantEntryNow(principalId, repository);
+    return isPromise(entry) ? entry.then((e) => e?.permission) : entry?.permission;
+  }
+
+  /**
+   * The grant a pre-signed link made at `issuedAtS` (unix seconds, the database's clock) acts with:
+   * none when the principal's grant on the repository was removed since (`linkOutlivedGrant`), even
+   * if it has been given again. Answers at once from the trusted cache, like `grantNow`.
+   */
+  grantForLinkNow(principalId: string, repository: string, issuedAtS: number): MaybePromise<Permission | undefined> {
+    const forLink = (e: GrantEntry | undefined) =>
+      e === undefined || linkOutlivedGrant(issuedAtS, e.removedAtMs) ? undefined : e.permission;
+    const entry = this.#grantEntryNow(principalId, repository);
+    return isPromise(entry) ? entry.then(forLink) : forLink(entry);
+  }
+
+  #grantEntryNow(principalId: string, repository: string): MaybePromise<GrantEntry | undefined> {
     const trusted = this.isCacheTrusted;
     const grants = trusted ? this.#grants.get(principalId) : undefined;
     if (grants) return grants.get(repository);
     return this.#queryGrants(principalId, trusted).then((g) => g.get(repository));
   }
 
-  async #queryGrants(principalId: string, trusted: boolean): Promise<Map<string, Permission>> {
+  async #queryGrants(principalId: string, trusted: boolean): Promise<Map<string, GrantEntry>> {
     const generation = this.#generation;
-    let grants: Map<string, Permission>;
+    let grants: Map<string, GrantEntry>;
     try {
+      // The removal is read with the grant (one snapshot, one epoch): it is written by the trigger of
+      // the statement that removed the grant, which moves the epoch as any grant change does.
       const r = await this.#pool.query<{
         repository: string;
         permission: Permission;
+        removed_at: Date | null;
         download: string;
         upload: string;
         max_transfers: number;
       }>(
-        `SELECT g.repository, g.permission, r.download_bytes_per_second::text AS download,
+        `SELECT g.repository, g.permission, x.removed_at, r.download_bytes_per_second::text AS download,
                 r.upload_bytes_per_second::text AS upload, r.max_transfers
-         FROM arkvory_grants g JOIN arkvory_repositories r ON r.name = g.repository WHERE g.principal_id = $1`,
+         FROM arkvory_grants g JOIN arkvory_repositories r ON r.name = g.repository
+         LEFT JOIN arkvory_grant_removals x ON x.principal_id = g.principal_id AND x.repository = g.repository
+         WHERE g.principal_id = $1`,
         [principalId],
       );
-      grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
+      grants = new Map(
+        r.rows.map((row) => [
+          row.repository,
+          { permission: row.permission, removedAtMs: row.removed_at ? row.removed_at.getTime() : undefined },
+        ]),
+      );
       // Kept even when the cache is not trusted: a ceiling a few seconds old beats none.
       if (generation === this.#generation)
         for (const row of r.rows)

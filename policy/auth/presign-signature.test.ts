@@ -5,6 +5,8 @@ import {
   hasPresignParams,
   isOutdatedLink,
   linkLifetime,
+  linkOutlivedGrant,
+  msUntilLinkOutlivesRemoval,
   outlivesMaxLifetime,
   PRESIGN_CLOCK_SKEW_SECONDS,
   parsePresignQuery,
@@ -151,5 +153,33 @@ describe('outlivesMaxLifetime: the current maximum applies to links already made
     [T + SKEW + 1, T + SKEW + 1 + MAX, T, true], // signed in the future beyond the slack
   ])('issued %i, expires %i, checked at %i: %s', (issuedAt, expiresAt, nowS, expected) => {
     expect(outlivesMaxLifetime({ issuedAt, expiresAt }, nowS * 1000, MAX)).toBe(expected);
+  });
+});
+
+describe('linkOutlivedGrant: a link made before its grant was last removed stays void', () => {
+  const T = 1_800_000_000;
+  it.each([
+    // [issuedAt (s), removedAt (ms) or undefined, void?]
+    [T, undefined, false],
+    [T - 1, T * 1000, true], // made a second before the removal
+    [T, T * 1000 + 400, true], // made within the removal's second: cannot tell, so before
+    [T, T * 1000, true], // a removal at the second's very start (ms truncated from µs)
+    [T + 1, T * 1000 + 999, false], // made in the next second
+    [T + 3600, T * 1000, false],
+  ])('issued %i, removed at %s: %s', (issuedAt, removedAtMs, expected) => {
+    expect(linkOutlivedGrant(issuedAt, removedAtMs)).toBe(expected);
+  });
+
+  it('issuing waits for the second after the removal, and only then', () => {
+    const T_MS = T * 1000;
+    expect(msUntilLinkOutlivesRemoval(T_MS + 500, undefined)).toBe(0);
+    expect(msUntilLinkOutlivesRemoval(T_MS + 500, T_MS - 1)).toBe(0);
+    expect(msUntilLinkOutlivesRemoval(T_MS + 500, T_MS + 200)).toBe(500);
+    expect(msUntilLinkOutlivesRemoval(T_MS, T_MS)).toBe(1000);
+    // After the wait, a link dated then outlives the removal.
+    const now = T_MS + 250;
+    const wait = msUntilLinkOutlivesRemoval(now, T_MS + 100);
+    expect(linkOutlivedGrant(Math.floor((now + wait) / 1000), T_MS + 100)).toBe(false);
+    expect(msUntilLinkOutlivesRemoval(now + wait, T_MS + 100)).toBe(0);
   });
 });

@@ -168,3 +168,24 @@ export function linkLifetime(
   }
   return { ok: true, seconds: requested };
 }
+
+/**
+ * True when a link made at `issuedAtS` (whole seconds, the database's clock) predates the last
+ * removal of its principal's grant on the repository (`removedAtMs`, same clock; undefined: never
+ * removed): the link stays void after the grant is given again. A link made within the second of
+ * the removal counts as made before it (its date cannot tell), so issuing waits for the next second
+ * (`msUntilLinkOutlivesRemoval`).
+ */
+export function linkOutlivedGrant(issuedAtS: number, removedAtMs: number | undefined): boolean {
+  return removedAtMs !== undefined && issuedAtS * 1000 <= removedAtMs;
+}
+
+/**
+ * How long to wait before a link dated `nowMs` (the database's clock) counts as made after the
+ * grant removal at `removedAtMs`: 0 when it already does, else until the next whole second after
+ * the removal (a link made at once after a re-grant would otherwise be void from birth).
+ */
+export function msUntilLinkOutlivesRemoval(nowMs: number, removedAtMs: number | undefined): number {
+  if (!linkOutlivedGrant(Math.floor(nowMs / 1000), removedAtMs)) return 0;
+  return (Math.floor(removedAtMs! / 1000) + 1) * 1000 - nowMs;
+}

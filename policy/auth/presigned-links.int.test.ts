@@ -44,7 +44,7 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
   it('verify until the expiry and not after it', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
     const before = Date.now();
-    const link = await links.issue(await principalOf(sa), PATH, SHA, 600);
+    const link = await links.issue(await principalOf(sa), PATH, SHA, 600, 'libs');
     // Dated by the database's clock (this host's), not by the injected one.
     expect(link.expiresAt.getTime()).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 + 600_000);
     expect(link.expiresAt.getTime()).toBeLessThanOrEqual(Date.now() + 600_000);
@@ -58,7 +58,7 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
   it('refuse a tampered path, an unknown secret, and a key revoked or expired after the link was made', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
     // Longer than the lead the first test gave the injected clock over the database's.
-    const link = await links.issue(await principalOf(sa), PATH, SHA, 3600);
+    const link = await links.issue(await principalOf(sa), PATH, SHA, 3600, 'libs');
     expect((await verify(link.pathAndQuery)).id).toBe(sa.principalId);
     await expect(verify(link.pathAndQuery.replace('a.bin', 'b.bin'))).rejects.toMatchObject({ code: 'unauthorized' });
     await expect(
@@ -70,7 +70,7 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
       clock.wallMs() + 60_000,
       expiring.keyId,
     ]);
-    const expiringLink = await links.issue(await principalOf(expiring), PATH, SHA, 3600);
+    const expiringLink = await links.issue(await principalOf(expiring), PATH, SHA, 3600, 'libs');
     expect((await verify(expiringLink.pathAndQuery)).id).toBe(expiring.principalId);
     clock.advance(61_000);
     await expect(verify(expiringLink.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
@@ -91,9 +91,9 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
   it('survive a rotation until its grace period ends, and die at once without one', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
     const principal = await principalOf(sa);
-    const old = await links.issue(principal, PATH, SHA, 3600);
+    const old = await links.issue(principal, PATH, SHA, 3600, 'libs');
     const rotated = await rotatePresignSecret(db.pool, 120);
-    const fresh = await links.issue(principal, PATH, SHA, 3600);
+    const fresh = await links.issue(principal, PATH, SHA, 3600, 'libs');
     expect(fresh.pathAndQuery).toContain(`X-Arkvory-Secret=${rotated.secretId}&`);
     // The gateway clock is this test's; the grace end is the database's now() + 120 s.
     clock.advance(Date.parse(rotated.oldLinksValidUntil) - clock.wallMs() - 1000);
@@ -141,17 +141,60 @@ describe('a link and the disabling of its principal, on a gateway whose clock is
       };
       const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
       const principal = await principalOf(sa);
-      const before = await aheadLinks.issue(principal, PATH, SHA, 600);
+      const before = await aheadLinks.issue(principal, PATH, SHA, 600, 'libs');
       const store = new AdminStore(db.pool);
       await store.setPrincipalDisabled(sa.principalId, true);
       await store.setPrincipalDisabled(sa.principalId, false);
       await expect(check(before.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
       // A link made in a later second (of the database's clock) than the disable works.
       await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 50));
-      const after = await aheadLinks.issue(principal, PATH, SHA, 600);
+      const after = await aheadLinks.issue(principal, PATH, SHA, 600, 'libs');
       expect((await check(after.pathAndQuery)).id).toBe(sa.principalId);
     } finally {
       await aheadAuth.stop();
     }
+  });
+});
+
+describe('the removal of a grant, as the database records it', () => {
+  it('is stamped by each path that removes one, kept when it is given back, not by a lowered grant', async () => {
+    const sa = await createServiceAccount(db.pool, { grants: { libs: 'write' } });
+    const store = new AdminStore(db.pool);
+    const removals = () =>
+      db.pool
+        .query<{ repository: string; removed_at: Date }>(
+          'SELECT repository, removed_at FROM arkvory_grant_removals WHERE principal_id = $1 ORDER BY 1',
+          [sa.principalId],
+        )
+        .then((r) => r.rows);
+    await store.addGrant(sa.principalId, 'libs', 'read');
+    expect(await removals()).toEqual([]);
+    const link = await links.issue(await principalOf(sa), PATH, SHA, 600, 'libs');
+    await store.removeGrant(sa.principalId, 'libs');
+    const stamped = await removals();
+    expect(stamped.map((r) => r.repository)).toEqual(['libs']);
+    await store.addGrant(sa.principalId, 'libs', 'read');
+    expect(await removals()).toEqual(stamped);
+    const issuedAt = (pathAndQuery: string) =>
+      Number(new URL(pathAndQuery, 'http://gw.invalid').searchParams.get('X-Arkvory-Date'));
+    // The grant is back, but not for the link made before its removal (once this cache has seen it).
+    await waitUntil(
+      async () => (await auth.grantForLinkNow(sa.principalId, 'libs', issuedAt(link.pathAndQuery))) === undefined,
+      { what: 'the removal to reach the grant cache', timeoutMs: 10_000 },
+    );
+    expect(await auth.grant(sa.principalId, 'libs')).toBe('read');
+    // Made at once: dated in a later second than the removal, so it acts with the new grant.
+    const after = await links.issue(await principalOf(sa), PATH, SHA, 600, 'libs');
+    expect(issuedAt(after.pathAndQuery) * 1000).toBeGreaterThan(stamped[0]!.removed_at.getTime());
+    expect(await auth.grantForLinkNow(sa.principalId, 'libs', issuedAt(after.pathAndQuery))).toBe('read');
+
+    // A repository's cascade removes its grants too.
+    await createRepository(db.pool, 'gone');
+    await store.addGrant(sa.principalId, 'gone', 'read');
+    await db.pool.query(`DELETE FROM arkvory_repositories WHERE name = 'gone'`);
+    expect((await removals()).map((r) => r.repository)).toEqual(['gone', 'libs']);
+    // A principal deleted with its grants takes its removals along (and its deletion is not refused).
+    await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [sa.principalId]);
+    expect(await removals()).toEqual([]);
   });
 });

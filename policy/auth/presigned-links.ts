@@ -2,7 +2,9 @@
  * Pre-signed links: issuing them for a principal's key and verifying them on use. The signing
  * secrets live in PostgreSQL (`arkvory_presign_secrets`) and are cached like keys: dropped whenever
  * the Authenticator's cache is (NOTIFY or a moved epoch), trusted only while it trusts its own, so
- * a rotation, a revoked key, a removed grant or a disabled principal kills a link within 2 s.
+ * a rotation, a revoked key, a removed grant or a disabled principal kills a link within 2 s. A
+ * link made before its principal was last disabled, or before its grant on the repository was last
+ * removed, stays dead once the principal is enabled (or granted) again.
  *
  * Unknown secret ids cost no query: ids are issued in ascending order, so an id at or below the
  * newest cached one that the cache lacks is retired or never existed and is refused at once. Only
@@ -13,6 +15,7 @@
  * it with what the name holds when it serves (`link_content_changed` otherwise).
  */
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
@@ -21,6 +24,7 @@ import type { Principal } from './principal.ts';
 import {
   canonicalPath,
   isOutdatedLink,
+  msUntilLinkOutlivesRemoval,
   outlivesMaxLifetime,
   parsePresignQuery,
   presignQueryString,
@@ -142,16 +146,23 @@ export class PresignedLinks {
    * A link to `pathname` (a content path) made by the principal's key, valid `lifetimeSeconds`, for
    * the content whose sha256 is `sha256` (what the name holds now).
    */
-  async issue(principal: Principal, pathname: string, sha256: string, lifetimeSeconds: number): Promise<IssuedLink> {
+  async issue(
+    principal: Principal,
+    pathname: string,
+    sha256: string,
+    lifetimeSeconds: number,
+    repository: string,
+  ): Promise<IssuedLink> {
     const path = canonicalPath(pathname);
     if (path === undefined) throw new PolicyError('invalid_request', 'The target path is not valid.');
     // A link names the key it is checked against on every use; a client certificate is no key.
     if (principal.keyId.startsWith('cert:'))
       throw new PolicyError('forbidden', 'Pre-signed links are made with an API key, not a client certificate.');
     const signing = await this.#signingSecret();
-    // The database's clock, which also stamps `disabled_at`: a link dated by a gateway clock running
-    // ahead would count as made after a disable that came just after it, and revive on enable.
-    const nowS = Math.floor((await this.#databaseNowMs()) / 1000);
+    // The database's clock, which also stamps `disabled_at` and grant removals: a link dated by a
+    // gateway clock running ahead would count as made after a disable (or a grant's removal) that
+    // came just after it, and revive on enable (or a new grant).
+    const nowS = Math.floor((await this.#linkDateMs(principal.id, repository)) / 1000);
     const fields: PresignFields = {
       path,
       keyId: principal.keyId,
@@ -166,11 +177,34 @@ export class PresignedLinks {
     };
   }
 
-  async #databaseNowMs(): Promise<number> {
-    try {
-      return (await this.#pool.query<{ now: Date }>('SELECT now() AS now')).rows[0]!.now.getTime();
-    } catch (err) {
-      throw new PolicyError('unavailable', 'Cannot make the link right now; retry later.', lookupFailure(err));
+  /**
+   * Now by the database's clock, in a later second than the last removal of the principal's grant
+   * on the repository: a link dated within that second would count as made before the removal and
+   * be void from birth (`linkOutlivedGrant`). So a link asked for within the second of a removal
+   * and a new grant (a script that gives the grant back at once) waits for the next second, once.
+   */
+  async #linkDateMs(principalId: string, repository: string): Promise<number> {
+    for (let attempt = 0; ; attempt++) {
+      let row: { now: Date; removed_at: Date | null };
+      try {
+        row = (
+          await this.#pool.query<{ now: Date; removed_at: Date | null }>(
+            `SELECT now() AS now, (SELECT removed_at FROM arkvory_grant_removals
+               WHERE principal_id = $1 AND repository = $2) AS removed_at`,
+            [principalId, repository],
+          )
+        ).rows[0]!;
+      } catch (err) {
+        throw new PolicyError('unavailable', 'Cannot make the link right now; retry later.', lookupFailure(err));
+      }
+      const nowMs = row.now.getTime();
+      const waitMs = msUntilLinkOutlivesRemoval(nowMs, row.removed_at?.getTime());
+      if (waitMs === 0) return nowMs;
+      // Only a removal stamped by a clock that has since gone back leaves more than a second to wait.
+      if (attempt > 0 || waitMs > 1000)
+        throw new PolicyError('unavailable', 'Cannot make the link right now; retry in a second.');
+      // Elapsed time, which the database's clock and this one agree on; no injected clock dates a link.
+      await sleep(waitMs);
     }
   }
 
@@ -190,9 +224,14 @@ export class PresignedLinks {
    * The principal a link acts for and the sha256 of the content it was made for; a bad, expired,
    * rotated-out or revoked link, or one that outlives the current maximum lifetime, is the same 401
    * as a bad key, a link of the first format 410
-   * `link_outdated`, one made before its principal was last disabled 401.
+   * `link_outdated`, one made before its principal was last disabled 401. `issuedAtS` is when the
+   * link was made: the caller checks the grant it acts with by it (`Authenticator.grantForLinkNow`),
+   * so one made before its grant was last removed finds none (404) once the grant is given again.
    */
-  async authenticate(pathname: string, query: URLSearchParams): Promise<{ principal: Principal; sha256: string }> {
+  async authenticate(
+    pathname: string,
+    query: URLSearchParams,
+  ): Promise<{ principal: Principal; sha256: string; issuedAtS: number }> {
     const link = parsePresignQuery(query);
     const path = canonicalPath(pathname);
     if (!link && isOutdatedLink(query)) throw new PolicyError('link_outdated');
@@ -208,6 +247,6 @@ export class PresignedLinks {
     const principal = await this.#auth.authenticateKeyId(link.keyId);
     // Re-enabling a principal restores its keys, not the links made before it was disabled.
     if (principal.disabledAtMs !== undefined && link.issuedAt * 1000 < principal.disabledAtMs) throw unauthorized();
-    return { principal, sha256: link.sha256 };
+    return { principal, sha256: link.sha256, issuedAtS: link.issuedAt };
   }
 }

@@ -1,8 +1,8 @@
 /**
  * `POST …/presign` (read access on the target): a link to the target's `/content` that needs no
  * header, for browsers, CDNs and download managers. GET/HEAD of that one path only, until it
- * expires, while the key that made it (and its grant) stays valid and the path holds the same
- * bytes it held when the link was made. See docs/clients.md.
+ * expires, while the key that made it (and its grant, not removed since) stays valid and the path
+ * holds the same bytes it held when the link was made. See docs/clients.md.
  */
 import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { linkLifetime } from '../../policy/auth/presign-signature.ts';
@@ -39,7 +39,13 @@ export function presignRoutes(deps: { links: PresignedLinks; catalog: Catalog; m
       const entry = await deps.catalog.get(key);
       if (!entry) throw new StorageError('not_found', 'No such artifact.');
       // Bound to these bytes: once the name holds others, the link answers 410 link_content_changed.
-      const link = await deps.links.issue(ctx.principal!, `${pathOfKey(key)}/content`, entry.sha256, lifetime.seconds);
+      const link = await deps.links.issue(
+        ctx.principal!,
+        `${pathOfKey(key)}/content`,
+        entry.sha256,
+        lifetime.seconds,
+        key.repository,
+      );
       sendJson(ctx.res, 201, {
         url: `${requestOrigin(ctx)}${link.pathAndQuery}`,
         path: link.pathAndQuery,

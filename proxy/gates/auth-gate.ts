@@ -99,9 +99,9 @@ export function createAuthGate(
       }
     }
     if (presigned && links)
-      return presignedPrincipal(links, ctx).then(({ principal, sha256 }) => {
+      return presignedPrincipal(links, ctx).then(({ principal, sha256, issuedAtS }) => {
         ctx.linkSha256 = sha256;
-        return admit(auth, ctx, principal);
+        return admit(auth, ctx, principal, issuedAtS);
       });
     if (typeof given !== 'object') {
       const principal = auth.authenticateNow(given);
@@ -229,14 +229,26 @@ function sentInClear(ctx: RequestContext, trusted: TrustedProxies): boolean {
   return !isLoopbackAddress(peer);
 }
 
-/** The route's access level against the principal's scopes and its grant on `:repo` (cached: at once). */
-function admit(auth: Authenticator, ctx: RequestContext, principal: Principal): undefined | Promise<void> {
+/**
+ * The route's access level against the principal's scopes and its grant on `:repo` (cached: at once).
+ * A pre-signed link (`linkIssuedAtS`, when it was made) has no grant when the principal's was removed
+ * since: 404 as while it was removed, also once it is given again (docs/clients.md).
+ */
+function admit(
+  auth: Authenticator,
+  ctx: RequestContext,
+  principal: Principal,
+  linkIssuedAtS?: number,
+): undefined | Promise<void> {
   ctx.principal = principal;
   const needsGrant = ctx.access === 'read' || ctx.access === 'write';
   if (!needsGrant) return decide(ctx, principal, undefined);
   const repo = ctx.params.repo;
   if (repo === undefined) throw new Error(`route ${ctx.route} has access "${ctx.access}" but no :repo parameter`);
-  const grant = auth.grantNow(principal.id, repo);
+  const grant =
+    linkIssuedAtS === undefined
+      ? auth.grantNow(principal.id, repo)
+      : auth.grantForLinkNow(principal.id, repo, linkIssuedAtS);
   return isPromise(grant) ? grant.then((g) => decide(ctx, principal, g)) : decide(ctx, principal, grant);
 }
 
