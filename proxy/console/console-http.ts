@@ -7,6 +7,7 @@ import type { IncomingMessage } from 'node:http';
 import type { AuditAction } from '../audit/audit-event.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import type { HttpMethod } from '../server/route-table.ts';
+import { requestScheme, type TrustedProxies } from '../router/forwarded.ts';
 
 /** Strict CSP: only this origin's script and style files, no inline code, no framing. */
 export const CONTENT_SECURITY_POLICY =
@@ -27,16 +28,13 @@ function withSecurityHeaders(ctx: RequestContext): void {
 }
 
 /**
- * Whether the browser reached us over https, so its cookie is `Secure`: a proxy in front says so in
- * `X-Forwarded-Proto` (its first entry, the client's hop), also when that proxy reaches this listener
- * over TLS (a plain-HTTP router in front of an https writer: a browser drops a Secure cookie an http
- * page sets); without one, this listener's own TLS decides. A browser cannot send the header itself.
+ * Whether the browser reached us over https, so its cookie is `Secure` (`requestScheme`): a trusted
+ * proxy in front says so, also when it reaches this listener over TLS (a plain-HTTP router in front
+ * of an https writer: a browser drops a Secure cookie an http page sets); otherwise this listener's
+ * own TLS decides, whatever the client's headers say.
  */
-export function isHttps(req: IncomingMessage): boolean {
-  const forwarded = req.headers['x-forwarded-proto'];
-  if (typeof forwarded === 'string' && forwarded.trim() !== '')
-    return forwarded.split(',')[0]!.trim().toLowerCase() === 'https';
-  return (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
+export function isHttps(req: IncomingMessage, trusted: TrustedProxies): boolean {
+  return requestScheme(req, trusted).scheme === 'https';
 }
 
 /** A public console route (the page, its assets, the session probe). */

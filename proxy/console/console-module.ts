@@ -32,6 +32,7 @@ import {
 import { statusRoute } from './status-route.ts';
 import { usageRoutes } from './usage-routes.ts';
 import { remoteSessionStore } from '../workers/remote-sessions.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 
 /** Five minutes of one-second samples for the bandwidth chart. */
 export const SAMPLE_SECONDS = 300;
@@ -61,6 +62,7 @@ export function createConsole(
   const sessions = services.instance
     ? remoteSessionStore(services.instance.link)
     : localSessionStore(new ConsoleSessions(consoleSessionOptions(clock, config.consoleIdleTimeoutMs)));
+  const trusted = createTrustedProxies(config.trustedProxies);
   const sessionOf = new WeakMap<RequestContext, ConsoleSession>();
   const samples = new RateSamples(SAMPLE_SECONDS);
   const sample = () => {
@@ -75,7 +77,7 @@ export function createConsole(
   };
 
   const sessionCredentials = async (ctx: RequestContext): Promise<IssuedCredentials> => {
-    const session = await sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
+    const session = await sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req, trusted)));
     if (!session)
       throw new PolicyError('unauthorized', 'No console session (signed out or expired); sign in with an admin key.', {
         headers: { 'www-authenticate': 'Bearer realm="arkvory"' },
@@ -110,6 +112,7 @@ export function createConsole(
           sessions,
           sessionOf: (ctx) => sessionOf.get(ctx),
           authenticate: deps.authenticate,
+          trusted,
         }),
         statusRoute(services, samples),
         ...(await ruleRoutes(registry, config.rateLimitBypassPublishers)),

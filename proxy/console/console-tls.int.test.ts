@@ -39,7 +39,13 @@ beforeAll(async () => {
   const cert = await issueServerCertificate(ca, dir);
   ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'tls-console-admin', scopes: ['admin'] }));
   gw = await startGateway({
-    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TLS_CERT_FILE: cert.certFile, ARKVORY_TLS_KEY_FILE: cert.keyFile },
+    env: {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_TLS_CERT_FILE: cert.certFile,
+      ARKVORY_TLS_KEY_FILE: cert.keyFile,
+      // The router of the plain-HTTP test below: only a trusted proxy says how the browser came.
+      ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+    },
     waitFor: 'none',
   });
   origin = `https://127.0.0.1:${gw.port}`;

@@ -8,6 +8,7 @@ import { PolicyError } from '../../policy/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { audited, isHttps, page } from './console-http.ts';
+import type { TrustedProxies } from '../router/forwarded.ts';
 import {
   clearedSessionCookie,
   type ConsoleSession,
@@ -24,6 +25,8 @@ export function sessionRoutes(deps: {
   sessionOf(ctx: RequestContext): ConsoleSession | undefined;
   /** The auth gate's own check (the session's key is verified again on resume). */
   authenticate(authorization: string): Promise<Principal>;
+  /** ARKVORY_TRUSTED_PROXIES: only they say the browser's scheme (its cookie's name and `Secure`). */
+  trusted: TrustedProxies;
 }): Route[] {
   const { sessions } = deps;
   const sessionBody = (session: ConsoleSession) => ({
@@ -40,7 +43,7 @@ export function sessionRoutes(deps: {
       if (!principal || !authorization) throw new PolicyError('unauthorized');
       // The session this browser held is ended, not only replaced in its cookie jar: a copy of its
       // id (taken in clear, or left on a shared machine) must not outlive the sign-in that follows.
-      const previous = readSessionId(ctx.req.headers.cookie, isHttps(ctx.req));
+      const previous = readSessionId(ctx.req.headers.cookie, isHttps(ctx.req, deps.trusted));
       if (isSessionId(previous)) await sessions.delete(previous);
       const session = await sessions.create(principal, authorization);
       ctx.log.info({ principal: principal.id, code: 'console_sign_in' }, 'console session opened');
@@ -48,13 +51,13 @@ export function sessionRoutes(deps: {
         ctx.res,
         201,
         { signedIn: true, ...sessionBody(session) },
-        { 'set-cookie': sessionCookie(session.id, isHttps(ctx.req)) },
+        { 'set-cookie': sessionCookie(session.id, isHttps(ctx.req, deps.trusted)) },
       );
     }),
     // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a
     // page opened before sign-in is not counted as a failed authentication.
     page(['GET'], '/console/session', async (ctx) => {
-      const session = await sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
+      const session = await sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req, deps.trusted)));
       let live = session !== undefined;
       if (session) {
         try {
@@ -74,7 +77,10 @@ export function sessionRoutes(deps: {
     audited('console.sign_out', ['DELETE'], 'session', async (ctx) => {
       await sessions.delete(deps.sessionOf(ctx)!.id);
       ctx.res
-        .writeHead(204, { 'set-cookie': clearedSessionCookie(isHttps(ctx.req)), 'cache-control': 'no-store' })
+        .writeHead(204, {
+          'set-cookie': clearedSessionCookie(isHttps(ctx.req, deps.trusted)),
+          'cache-control': 'no-store',
+        })
         .end();
     }),
   ];

@@ -25,6 +25,7 @@ import { StoreHealth, storeHealthBody, storeHealthOptions } from '../store-healt
 import { createStoreMonitor } from '../store-health/store-monitor.ts';
 import { trackStoreHealth } from '../store-health/tracked-store.ts';
 import { traceStore } from '../tracing/traced-store.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 
 export interface ContentModuleDeps {
   readableRepositories(principalId: string): Promise<string[]>;
@@ -93,7 +94,12 @@ export async function openContentModule(
       grant: (id, repo) => deps.grant(id, repo),
     }),
     ...(deps.links
-      ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds })
+      ? presignRoutes({
+          links: deps.links,
+          catalog,
+          maxExpiresSeconds: config.presignMaxExpiresSeconds,
+          trusted: createTrustedProxies(config.trustedProxies),
+        })
       : []),
     ...cacheAdminRoutes({ pool: services.pool, catalog, sliceCache: () => caches.sliceCache() }),
     ...(quotas ? quotaAdminRoutes(quotas) : []),

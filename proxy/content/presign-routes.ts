@@ -13,18 +13,28 @@ import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
+import { requestScheme, type TrustedProxies } from '../router/forwarded.ts';
 
 /** Lifetime of a link whose request names none. */
 export const DEFAULT_LINK_SECONDS = 3600;
 
-/** The origin the client used: Host (kept by the router), https only when a proxy says so. */
-function requestOrigin(ctx: RequestContext): string {
+/**
+ * The origin the client used: Host (kept by the router) and the scheme it arrived with
+ * (`requestScheme`: this listener's, or what a trusted proxy in front says, never the client).
+ */
+function requestOrigin(ctx: RequestContext, trusted: TrustedProxies): string {
   const host = ctx.req.headers.host;
-  const proto = ctx.req.headers['x-forwarded-proto'] === 'https' ? 'https' : 'http';
+  const proto = requestScheme(ctx.req, trusted).scheme;
   return host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(host) ? `${proto}://${host}` : '';
 }
 
-export function presignRoutes(deps: { links: PresignedLinks; catalog: Catalog; maxExpiresSeconds: number }): Route[] {
+export function presignRoutes(deps: {
+  links: PresignedLinks;
+  catalog: Catalog;
+  maxExpiresSeconds: number;
+  /** ARKVORY_TRUSTED_PROXIES: only they say the client's scheme. */
+  trusted: TrustedProxies;
+}): Route[] {
   return ARTIFACT_KINDS.map((kind) => ({
     methods: ['POST'],
     template: `${CONTENT_TEMPLATES[kind]}/presign`,
@@ -47,7 +57,7 @@ export function presignRoutes(deps: { links: PresignedLinks; catalog: Catalog; m
         key.repository,
       );
       sendJson(ctx.res, 201, {
-        url: `${requestOrigin(ctx)}${link.pathAndQuery}`,
+        url: `${requestOrigin(ctx, deps.trusted)}${link.pathAndQuery}`,
         path: link.pathAndQuery,
         expiresAt: link.expiresAt.toISOString(),
         methods: ['GET', 'HEAD'],

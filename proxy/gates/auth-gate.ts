@@ -11,7 +11,7 @@ import type { Lifecycle } from '../server/lifecycle.ts';
 import type { Clock } from '../../policy/clock.ts';
 import { certificateExpired } from '../../policy/auth/client-certificate.ts';
 import { GatewayError } from '../server/errors.ts';
-import { createTrustedProxies, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
+import { createTrustedProxies, normalizeAddress, requestScheme, type TrustedProxies } from '../router/forwarded.ts';
 import type { Config } from '../config/config.ts';
 import { isLoopbackAddress, peerCertificateOf } from '../tls/peer-certificate.ts';
 import { disabledSince, readCookie, SECURE_SESSION_COOKIE, SESSION_COOKIE } from '../console/sessions.ts';
@@ -22,7 +22,7 @@ export interface TransportPolicy {
   readonly clientCert: 'off' | 'optional' | 'require';
   /** Credentials over plain HTTP from a non-loopback peer are refused (403 `tls_required`). */
   readonly refusePlainHttpCredentials: boolean;
-  /** Proxies whose `X-Forwarded-Proto` says how the client reached them. */
+  /** Proxies that say how the client reached them (`requestScheme`: X-Forwarded-Proto, else Forwarded's proto=). */
   readonly trusted: TrustedProxies;
   /** Wall time: a client certificate that expires stops working on open connections too. */
   readonly clock: Clock;
@@ -215,18 +215,15 @@ function carriesCredential(ctx: RequestContext): boolean {
 }
 
 /**
- * Whether the client sent this request over plain HTTP across a network. Behind a trusted proxy its
- * X-Forwarded-Proto decides, also when the proxy reaches us over TLS (the router to an https
- * gateway): the hop that matters is the client's, not the proxy's.
+ * Whether the client sent this request over plain HTTP across a network. Behind a trusted proxy what
+ * it says decides (`requestScheme`), also when the proxy reaches us over TLS (the router to an https
+ * gateway): the hop that matters is the client's, not the proxy's. Without a word from one, a
+ * loopback client's plain HTTP never left the host.
  */
 function sentInClear(ctx: RequestContext, trusted: TrustedProxies): boolean {
-  const socket = ctx.req.socket as (typeof ctx.req.socket & { encrypted?: boolean }) | null;
-  const peer = normalizeAddress(socket?.remoteAddress) ?? '';
-  const proto = ctx.req.headers['x-forwarded-proto'];
-  if (typeof proto === 'string' && trusted.isTrusted(peer))
-    return proto.split(',').pop()?.trim().toLowerCase() !== 'https';
-  if (socket?.encrypted) return false;
-  return !isLoopbackAddress(peer);
+  const { scheme, fromProxy } = requestScheme(ctx.req, trusted);
+  if (fromProxy || scheme === 'https') return scheme === 'http';
+  return !isLoopbackAddress(normalizeAddress(ctx.req.socket?.remoteAddress) ?? '');
 }
 
 /**

@@ -216,15 +216,55 @@ function forwardedAsForwardedFor(forwarded: string | undefined): string | undefi
 }
 
 /** `proto=` of the last element of `Forwarded` (the sending proxy's own), when it is `http` or `https`. */
-function lastForwardedProto(value: string | string[] | undefined): string | undefined {
+function lastForwardedProto(value: string | string[] | undefined): Scheme | undefined {
   const elements = splitOutsideQuotes(headerText(value) ?? '', ',');
   for (const pair of splitOutsideQuotes(elements.at(-1)!, ';')) {
     const eq = pair.indexOf('=');
     if (eq < 0 || pair.slice(0, eq).trim().toLowerCase() !== 'proto') continue;
-    const proto = parameterValue(pair.slice(eq + 1).trim())?.toLowerCase();
-    return proto === 'http' || proto === 'https' ? proto : undefined;
+    return schemeOf(parameterValue(pair.slice(eq + 1).trim()));
   }
   return undefined;
+}
+
+/** A scheme a request can have arrived with. */
+export type Scheme = 'http' | 'https';
+
+/** `value` as a scheme when it is `http` or `https` (any case, blanks around), else undefined. */
+function schemeOf(value: string | undefined): Scheme | undefined {
+  const text = value?.trim().toLowerCase();
+  return text === 'http' || text === 'https' ? text : undefined;
+}
+
+/** The scheme a request arrived with, and whether a trusted proxy said it (else it is the listener's own). */
+export interface RequestScheme {
+  readonly scheme: Scheme;
+  readonly fromProxy: boolean;
+}
+
+/**
+ * The scheme the client used, the one rule for everything that depends on it (the console cookie's
+ * `Secure`, pre-signed links' origin, ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS): this listener's own,
+ * unless the socket peer is a trusted proxy, which then says it: the last entry of its
+ * `X-Forwarded-Proto` (the one it wrote itself; entries left of it come from hops further out), or,
+ * when it sends none, the `proto=` of its own (the last) `Forwarded` element. A word other than
+ * `http`/`https` says nothing: the listener's scheme stands. Anyone else's headers are ignored: a
+ * client must not pick its own cookie's `Secure` or the scheme of the links made for it.
+ */
+export function requestScheme(
+  req: Pick<IncomingMessage, 'socket' | 'headers'>,
+  trusted: TrustedProxies,
+): RequestScheme {
+  const socket = req.socket as (typeof req.socket & { encrypted?: boolean }) | null;
+  const own: Scheme = socket?.encrypted === true ? 'https' : 'http';
+  const { headers } = req;
+  const xfp = headers['x-forwarded-proto'];
+  const forwarded = headers.forwarded;
+  if ((xfp === undefined && forwarded === undefined) || !trusted.isTrusted(socket?.remoteAddress ?? '')) {
+    return { scheme: own, fromProxy: false };
+  }
+  const entries = (headerText(xfp) ?? '').split(',').filter((entry) => entry.trim() !== '');
+  const said = entries.length > 0 ? schemeOf(entries.at(-1)) : lastForwardedProto(forwarded);
+  return said === undefined ? { scheme: own, fromProxy: false } : { scheme: said, fromProxy: true };
 }
 
 function forwardedNode(address: string): string {

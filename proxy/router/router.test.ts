@@ -14,6 +14,7 @@ import {
   forwardingHops,
   normalizeAddress,
   parseTrustedProxies,
+  requestScheme,
 } from './forwarded.ts';
 import {
   connectionNamed,
@@ -542,6 +543,80 @@ describe('trusted proxies and the client address', () => {
         },
       ),
     );
+  });
+});
+
+describe('requestScheme: the scheme a request arrived with', () => {
+  const trusted = createTrustedProxies(['10.0.0.1']);
+  const scheme = (peer: string, encrypted: boolean, headers: IncomingHttpHeaders) =>
+    requestScheme(
+      { socket: { remoteAddress: peer, encrypted }, headers } as unknown as Parameters<typeof requestScheme>[0],
+      trusted,
+    );
+
+  it("is the listener's own without a trusted proxy, whatever the peer says", () => {
+    for (const headers of [
+      {},
+      { 'x-forwarded-proto': 'https' },
+      { 'x-forwarded-proto': 'http' },
+      { forwarded: 'for=192.0.2.7;proto=https' },
+      { forwarded: 'for=192.0.2.7;proto=http' },
+    ]) {
+      expect(scheme('192.0.2.9', false, headers), JSON.stringify(headers)).toEqual({
+        scheme: 'http',
+        fromProxy: false,
+      });
+      expect(scheme('192.0.2.9', true, headers), JSON.stringify(headers)).toEqual({
+        scheme: 'https',
+        fromProxy: false,
+      });
+    }
+    // A socket that has no address any more is no proxy either.
+    expect(scheme(undefined as unknown as string, false, { 'x-forwarded-proto': 'https' }).scheme).toBe('http');
+  });
+
+  it('behind a trusted proxy: the last X-Forwarded-Proto entry (its own), whatever its own hop to us was', () => {
+    expect(scheme('10.0.0.1', true, { 'x-forwarded-proto': 'http' })).toEqual({ scheme: 'http', fromProxy: true });
+    expect(scheme('10.0.0.1', false, { 'x-forwarded-proto': ' HTTPS ' })).toEqual({ scheme: 'https', fromProxy: true });
+    expect(scheme('::ffff:10.0.0.1', false, { 'x-forwarded-proto': 'http, https' }).scheme).toBe('https');
+    expect(scheme('10.0.0.1', true, { 'x-forwarded-proto': 'https,http' }).scheme).toBe('http');
+    expect(scheme('10.0.0.1', true, { 'x-forwarded-proto': ['https', 'http'] }).scheme).toBe('http');
+    // Empty list elements are no entries (RFC 9110, section 5.6.1).
+    expect(scheme('10.0.0.1', false, { 'x-forwarded-proto': 'https, ' }).scheme).toBe('https');
+    // X-Forwarded-Proto wins over Forwarded.
+    expect(scheme('10.0.0.1', false, { 'x-forwarded-proto': 'http', forwarded: 'proto=https' }).scheme).toBe('http');
+  });
+
+  it('behind a trusted proxy that sends no X-Forwarded-Proto: the proto= of its own (the last) Forwarded element', () => {
+    expect(scheme('10.0.0.1', false, { forwarded: 'for=192.0.2.7;proto=https' })).toEqual({
+      scheme: 'https',
+      fromProxy: true,
+    });
+    expect(scheme('10.0.0.1', true, { forwarded: 'for=192.0.2.7;Proto="HTTP";host=a' }).scheme).toBe('http');
+    expect(scheme('10.0.0.1', true, { forwarded: 'for=192.0.2.1;proto=https, for=192.0.2.7;proto=http' }).scheme).toBe(
+      'http',
+    );
+    // Its own element says none: an earlier one is not its word.
+    expect(scheme('10.0.0.1', false, { forwarded: 'for=192.0.2.1;proto=https, for=192.0.2.7' })).toEqual({
+      scheme: 'http',
+      fromProxy: false,
+    });
+    expect(scheme('10.0.0.1', false, { 'x-forwarded-proto': '', forwarded: 'proto=https' }).scheme).toBe('https');
+  });
+
+  it("a word other than http or https says nothing: the listener's own scheme stands", () => {
+    for (const headers of [
+      { 'x-forwarded-proto': 'wss' },
+      { 'x-forwarded-proto': 'https, ftp' },
+      { 'x-forwarded-proto': 'https x' },
+      { forwarded: 'for=192.0.2.7;proto=gopher' },
+      { forwarded: 'for=192.0.2.7;proto="https' },
+      // A word X-Forwarded-Proto does not say is not taken from Forwarded instead.
+      { 'x-forwarded-proto': 'wss', forwarded: 'proto=https' },
+    ]) {
+      expect(scheme('10.0.0.1', false, headers), JSON.stringify(headers)).toEqual({ scheme: 'http', fromProxy: false });
+      expect(scheme('10.0.0.1', true, headers), JSON.stringify(headers)).toEqual({ scheme: 'https', fromProxy: false });
+    }
   });
 });
 

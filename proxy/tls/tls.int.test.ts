@@ -10,11 +10,13 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
 import path from 'node:path';
 import tls from 'node:tls';
 import { X509Certificate } from 'node:crypto';
+import { networkInterfaces } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -963,6 +965,181 @@ describe('credentials over plain HTTP', () => {
     expect((await overTls({})).status).toBe(200);
     await router.stop();
     await gw.stop();
+  });
+});
+
+/** A peer that is not 127.0.0.1 (the trusted proxy below): the same host, another loopback address. */
+const UNTRUSTED_PEER = '127.0.0.2';
+
+/**
+ * One request from `localAddress`, over https when `url` says so (trusting the test CA): the status,
+ * the Set-Cookie header and the body.
+ */
+function exchangeFrom(
+  localAddress: string,
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string | Buffer } = {},
+): Promise<{ status: number; setCookie: string; body: string }> {
+  const { request } = url.startsWith('https:') ? https : http;
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { localAddress, method: options.method ?? 'GET', headers: options.headers, agent: false, ca: ca.certPem },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            setCookie: (res.headers['set-cookie'] ?? []).join('\n'),
+            body: Buffer.concat(chunks).toString(),
+          }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
+/** An artifact of REPO for pre-signed links, uploaded through `base`. */
+async function uploadForLinks(base: string, name: string): Promise<string> {
+  const target = `/api/v1/repositories/${REPO}/artifacts/${name}`;
+  const body = randomContent(1000);
+  const put = await exchangeFrom('127.0.0.1', `${base}${target}`, {
+    method: 'PUT',
+    headers: { ...bearer(owner.key), 'content-digest': contentDigest(body) },
+    body,
+  });
+  expect(put.status).toBe(201);
+  return target;
+}
+
+/** The console's session cookie and a pre-signed link's URL, each asked from `peer` with `headers`. */
+async function cookieAndLink(
+  peer: string,
+  base: string,
+  target: string,
+  key: string,
+  headers: Record<string, string>,
+): Promise<{ cookie: string; url: string }> {
+  const signIn = await exchangeFrom(peer, `${base}/console/session`, {
+    method: 'POST',
+    headers: { ...bearer(key), ...headers },
+  });
+  const link = await exchangeFrom(peer, `${base}${target}/presign`, {
+    method: 'POST',
+    headers: { ...bearer(key), 'content-type': 'application/json', ...headers },
+    body: '{}',
+  });
+  expect([signIn.status, link.status], `${signIn.body} ${link.body}`).toEqual([201, 201]);
+  return { cookie: signIn.setCookie, url: (JSON.parse(link.body) as { url: string }).url };
+}
+
+/**
+ * A trusted proxy that is not on loopback: this host's own non-loopback address (every test machine
+ * has one; 127.0.0.3 where none is, which only the loopback exemption then lets through).
+ */
+const REMOTE_PROXY =
+  Object.values(networkInterfaces())
+    .flat()
+    .find((a) => a !== undefined && !a.internal && a.family === 'IPv4')?.address ?? '127.0.0.3';
+
+const SECURE_COOKIE = /^__Host-arkvory_console=[^\n]*;\s*Secure/i;
+const PLAIN_COOKIE = /^arkvory_console=[^\n]*$/;
+
+describe('the scheme a request arrived with, over plain HTTP: one rule for the console cookie, pre-signed links and credentials in clear', () => {
+  let gw: GatewayProcess;
+  let base: string;
+  let admin: { key: string };
+  let target: string;
+  beforeAll(async () => {
+    admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'], grants: { [REPO]: 'read' } });
+    gw = await startGateway({
+      // Also on the non-loopback address: a trusted proxy there is no loopback client whose plain HTTP never left the host.
+      host: '0.0.0.0',
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS: '1',
+        ARKVORY_TRUSTED_PROXIES: `127.0.0.1,${REMOTE_PROXY}`,
+      },
+    });
+    base = `http://127.0.0.1:${gw.port}`;
+    target = await uploadForLinks(base, 'scheme-plain.bin');
+  });
+  afterAll(() => gw.stop());
+
+  it('a peer that is no trusted proxy saying https (X-Forwarded-Proto or Forwarded) gets no Secure cookie and http links', async () => {
+    const claims: Record<string, string>[] = [
+      { 'x-forwarded-proto': 'https' },
+      { 'x-forwarded-proto': 'http, https' },
+      { forwarded: 'for=192.0.2.7;proto=https' },
+    ];
+    for (const claim of claims) {
+      const { cookie, url } = await cookieAndLink(UNTRUSTED_PEER, base, target, admin.key, claim);
+      expect(cookie, JSON.stringify(claim)).toMatch(PLAIN_COOKIE);
+      expect(cookie, JSON.stringify(claim)).not.toMatch(/Secure/i);
+      expect(url, JSON.stringify(claim)).toMatch(/^http:\/\//);
+    }
+  });
+
+  it("a trusted proxy that sends Forwarded alone (HAProxy option forwarded): its own last element's proto= decides, for credentials in clear too", async () => {
+    const list = (headers: Record<string, string>) =>
+      exchangeFrom(REMOTE_PROXY, `http://${REMOTE_PROXY}:${gw.port}/api/v1/repositories`, {
+        headers: { ...bearer(owner.key), ...headers },
+      });
+    expect((await list({ forwarded: 'for=192.0.2.7;proto=https' })).status).toBe(200);
+    const inClear = await list({ forwarded: 'for=192.0.2.7;proto=http' });
+    expect([inClear.status, (JSON.parse(inClear.body) as { code: string }).code]).toEqual([403, 'tls_required']);
+    // Only the proxy's own element counts: one further left is what its client wrote.
+    expect((await list({ forwarded: 'for=192.0.2.1;proto=https, for=192.0.2.7;proto=http' })).status).toBe(403);
+    expect((await list({ forwarded: 'for=192.0.2.1;proto=http, for=192.0.2.7;proto=https' })).status).toBe(200);
+    const { cookie, url } = await cookieAndLink('127.0.0.1', base, target, admin.key, {
+      forwarded: 'for=192.0.2.7;proto=https',
+    });
+    expect(cookie).toMatch(SECURE_COOKIE);
+    expect(url).toMatch(/^https:\/\//);
+  });
+
+  it("a trusted proxy's X-Forwarded-Proto of several entries: its own, the last, decides everywhere", async () => {
+    const viaHttps = { 'x-forwarded-proto': 'http, https', 'x-forwarded-for': '192.0.2.7' };
+    const viaHttp = { 'x-forwarded-proto': 'https, http', 'x-forwarded-for': '192.0.2.7' };
+    const list = (headers: Record<string, string>) =>
+      exchangeFrom('127.0.0.1', `${base}/api/v1/repositories`, { headers: { ...bearer(owner.key), ...headers } });
+    expect((await list(viaHttps)).status).toBe(200);
+    expect((await list(viaHttp)).status).toBe(403);
+    const { cookie, url } = await cookieAndLink('127.0.0.1', base, target, admin.key, viaHttps);
+    expect(cookie).toMatch(SECURE_COOKIE);
+    expect(url).toMatch(/^https:\/\//);
+  });
+});
+
+describe('the scheme a request arrived with, over TLS', () => {
+  it('a peer that is no trusted proxy saying http (X-Forwarded-Proto or Forwarded) still gets a Secure cookie and https links; a trusted one is believed', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'], grants: { [REPO]: 'read' } });
+    const gw = await startTlsGateway(tlsEnv({ ARKVORY_TRUSTED_PROXIES: '127.0.0.1' }));
+    try {
+      const target = await uploadForLinks(gw.https, 'scheme-tls.bin');
+      const claims: Record<string, string>[] = [
+        { 'x-forwarded-proto': 'http' },
+        { 'x-forwarded-proto': 'https, http' },
+        { forwarded: 'for=192.0.2.7;proto=http' },
+      ];
+      for (const claim of claims) {
+        const { cookie, url } = await cookieAndLink(UNTRUSTED_PEER, gw.https, target, admin.key, claim);
+        expect(cookie, JSON.stringify(claim)).toMatch(SECURE_COOKIE);
+        expect(url, JSON.stringify(claim)).toMatch(/^https:\/\//);
+      }
+      // The same words from the trusted proxy (a plain-HTTP router in front of this https writer) are its client's hop.
+      const { cookie, url } = await cookieAndLink('127.0.0.1', gw.https, target, admin.key, {
+        'x-forwarded-proto': 'http',
+      });
+      expect(cookie).toMatch(PLAIN_COOKIE);
+      expect(url).toMatch(/^http:\/\//);
+    } finally {
+      await gw.stop();
+    }
   });
 });
 
