@@ -38,6 +38,6 @@ export const TLS_VARIABLES = [
     name: 'ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS',
     kind: { type: 'bool' },
     defaultValue: '0',
-    doc: 'A gateway answers 403 `tls_required` to credentials (Bearer, Basic, a pre-signed link) that arrive over plain HTTP from a non-loopback address (behind a proxy of ARKVORY_TRUSTED_PROXIES: as its X-Forwarded-Proto says, even when the proxy itself connects over TLS), instead of serving them (a client sending its key in clear learns it at once). Not applied by the router: set it on the gateways behind it.',
+    doc: 'A gateway answers 403 `tls_required` to credentials (Bearer, Basic, a pre-signed link) that arrive over plain HTTP from a non-loopback address (behind a proxy of ARKVORY_TRUSTED_PROXIES: as it says, in the last entry of its X-Forwarded-Proto or else in the proto= of its own Forwarded element, even when the proxy itself connects over TLS; the headers of any other peer are ignored), instead of serving them (a client sending its key in clear learns it at once). Not applied by the router: set it on the gateways behind it.',
   },
 ] as const;

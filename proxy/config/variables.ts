@@ -328,7 +328,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_TRUSTED_PROXIES',
     kind: { type: 'string' },
-    doc: "Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` (or, from a proxy that sends only `Forwarded`, its `for=` nodes) is believed for the client address, or `none`. Unset: nobody, in every role; loopback is not trusted by itself (any local process, a port-forward or a TCP tunnel connects from there), so a router, nginx or HAProxy on the gateway's own host is listed too (`127.0.0.1,::1`). A gateway warns once per untrusted peer that sends forwarding headers, and `arkvory doctor` reports it (docs/router.md).",
+    doc: "Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` (or, from a proxy that sends only `Forwarded`, its `for=` nodes) is believed for the client address, and whose word on the client's scheme counts (the last `X-Forwarded-Proto` entry, else its own `Forwarded` element's `proto=`: the console cookie's `Secure`, pre-signed links' origin, ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS; anyone else's is ignored), or `none`. Unset: nobody, in every role; loopback is not trusted by itself (any local process, a port-forward or a TCP tunnel connects from there), so a router, nginx or HAProxy on the gateway's own host is listed too (`127.0.0.1,::1`). A gateway warns once per untrusted peer that sends forwarding headers, and `arkvory doctor` reports it (docs/router.md).",
   },
   {
     name: 'ARKVORY_BAN_IPV6_PREFIX_LENGTH',
