@@ -5,7 +5,9 @@
  * and is counted); rotation under load with zero failed requests; client certificates as
  * principals, an unbinding, a disabled principal and a certificate's expiry reaching open keep-alive
  * and HTTP/2 connections within the 2 s bound, a flood of refused certificates logged within the
- * client-fault budget; credentials refused over plain HTTP; and Strict-Transport-Security,
+ * client-fault budget; credentials refused over plain HTTP; whose word on the client's scheme counts
+ * (a trusted proxy's, never a client's: the console cookie, pre-signed links, credentials in clear);
+ * and Strict-Transport-Security,
  * x-request-id and nosniff on the answers Node would give by itself (an unmet Expect, CONNECT).
  */
 import { execFile, spawn } from 'node:child_process';
