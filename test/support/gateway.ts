@@ -31,8 +31,6 @@ export interface StartOptions {
   timeoutMs?: number;
   /** A launcher the gateway runs under, e.g. `['prlimit', '--nofile=256:256', '--']`. */
   wrap?: string[];
-  /** ARKVORY_HOST; 127.0.0.1 unless given. */
-  host?: string;
 }
 
 const running = new Set<GatewayProcess>();
@@ -125,7 +123,6 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
     },
     ...(portVariable ? { port: Number(portVariable) } : {}),
     ...(options.wrap ? { wrap: options.wrap } : {}),
-    ...(options.host ? { host: options.host } : {}),
     ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
     name: 'gateway',
     waitFor: options.waitFor ?? 'serving',
