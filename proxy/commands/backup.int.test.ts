@@ -7,13 +7,17 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import net from 'node:net';
-import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
+import { constants, existsSync } from 'node:fs';
+import { mkdir, open, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { localHostName, PARTIAL_STALE_MS } from '../../storage-adapter/backup/backup-dir.ts';
+import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
+import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
+import { openFsStore } from '../../storage-adapter/fs/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
@@ -564,6 +568,68 @@ describe('a blob damaged in an earlier backup', () => {
       `arkvory restore --verify: ${one} is damaged: 1 blob(s) corrupt, 1 missing of 3 checked (listed in the report on stdout); restore from another backup`,
     ]);
   }, 120_000);
+});
+
+describe('a backup whose directory store holds a named pipe for a blob', () => {
+  const db = useTestDatabase();
+
+  it('fails naming the file at once, linked or copied, and leaves nothing under the destination', async () => {
+    await createRepository(db.pool, 'bk');
+    const dataDir = await makeTempDir();
+    const store = await openFsStore({ root: dataDir, role: 'writer', pool: db.pool });
+    const bodies = [0, 1].map((i) => randomContent(4 * KiB + i));
+    try {
+      for (const [i, body] of bodies.entries())
+        await publishArtifact(
+          { store, catalog: createCatalog(db.pool) },
+          {
+            key: { repository: 'bk', kind: 'artifact', name: `p-${i}.bin`, version: '', asset: '' },
+            body: Readable.from([body]),
+            contentType: 'application/octet-stream',
+            publishedBy: null,
+            stage: { maxBytes: 1e6 },
+          },
+        );
+    } finally {
+      await store.close();
+    }
+    const hex = sha256(bodies[1]!);
+    const fifo = blobFile(dataDir, hex);
+    await rm(fifo);
+    await promisify(execFile)('mkfifo', [fifo]);
+    // A reader the old code left waiting on the pipe is let go (an open for writing ends its wait).
+    onTestFinished(async () => {
+      const writer = await open(fifo, constants.O_WRONLY | constants.O_NONBLOCK).catch(() => undefined);
+      await writer?.close();
+    });
+    // Onto the store's filesystem (hard-linked) and onto a filesystem of its own (copied from the file).
+    const linkedTo = await makeTempDir('arkvory-backups-');
+    const copiedTo = await makeTempDir('arkvory-backups-');
+    await promisify(execFile)('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0755', 'tmpfs', copiedTo]);
+    onTestFinished(() => promisify(execFile)('umount', ['-l', copiedTo]).then(() => {}));
+    for (const destination of [linkedTo, copiedTo]) {
+      // Killed if it waits on the pipe, so that a hang fails here and leaves no process behind.
+      const made = await promisify(execFile)(process.execPath, [CLI, 'backup', destination], {
+        cwd: ROOT,
+        env: processEnv({ ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir }),
+        timeout: 3_000,
+        killSignal: 'SIGKILL',
+      }).then(
+        () => ({ code: 0, killed: false, stderr: '' }),
+        (err: { code?: unknown; killed?: boolean; stderr?: string }) => ({
+          code: err.code,
+          killed: err.killed === true,
+          stderr: err.stderr ?? '',
+        }),
+      );
+      expect(made.killed, `backup onto ${destination} waited on the named pipe`).toBe(false);
+      expect(made.code).toBe(1);
+      expect(said(made.stderr)).toEqual([
+        `arkvory backup: blob_corrupt: blob ${hex} in ${dataDir}: ${fifo} is not a regular file`,
+      ]);
+      expect(await readdir(destination)).toEqual([]);
+    }
+  }, 20_000);
 });
 
 describe('a restore onto the embedded default killed partway', () => {

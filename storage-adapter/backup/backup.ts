@@ -38,7 +38,7 @@ export interface BackupOptions {
   readonly destination: string;
   readonly pool: pg.Pool;
   readonly store: ArtifactStore;
-  /** The directory store's root (hard links), when the store is one. */
+  /** The directory store's root, when the store is one: its blob files are read (or hard-linked) there. */
   readonly fsRoot?: string | undefined;
   readonly meter?: ByteMeter | undefined;
   readonly signal?: AbortSignal | undefined;
@@ -93,10 +93,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
   // Other hosts sharing the destination cannot ask our pid; a fresh mtime tells them we are alive.
   const stopHeartbeat = startPartialHeartbeat(partial, options.nowMs);
   // Hard links only within one filesystem; across, a blob is copied in one pass (read, hash, write).
-  const fsRoot =
-    options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev
-      ? options.fsRoot
-      : undefined;
+  const linkable = options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev;
   try {
     const dump = await dumpDatabase(options.pool, path.join(partial, DATABASE_FILE), options.signal);
     let ruleDocuments: BackupManifest['ruleDocuments'] = null;
@@ -119,7 +116,8 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       outcomes[
         await putBlob(partial, blob, earlier, {
           store: options.store,
-          fsRoot,
+          fsRoot: options.fsRoot,
+          linkable,
           meter: options.meter,
           signal: options.signal,
           onDamagedEarlier: (file) => damagedEarlier.push(file),

@@ -1,7 +1,8 @@
 /**
  * Puts one blob into a backup directory, verified by its sha256: reused from an earlier backup at the
  * same destination (a hard link), hard-linked from the directory store when both are on one
- * filesystem (after hashing it), else copied through the `ArtifactStore` (any store kind).
+ * filesystem (after hashing it), else copied: from the directory store's file, or through the
+ * `ArtifactStore` (any other store kind).
  */
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -17,8 +18,10 @@ export type BlobOutcome = 'reused' | 'linked' | 'copied';
 
 export interface BlobSource {
   readonly store: ArtifactStore;
-  /** The directory store's root when it is on the backup's filesystem: its blobs are hard-linked (after hashing). */
+  /** The directory store's root, when the store is one: its blob files are read there, only as regular files. */
   readonly fsRoot?: string | undefined;
+  /** Whether `fsRoot` is on the backup's filesystem: its blobs are then hard-linked (after hashing). */
+  readonly linkable?: boolean | undefined;
   readonly meter?: ByteMeter | undefined;
   readonly signal?: AbortSignal | undefined;
   /** Told of an earlier backup's copy that does not match its name (it is passed over, not linked). */
@@ -91,6 +94,27 @@ export async function* fileChunks(file: string, maxBytes?: number): AsyncGenerat
   }
 }
 
+/**
+ * The directory store's file of `blob`, read as a backup's blob is (small-file.ts): only a regular
+ * file, opened without blocking, so a named pipe there fails the backup naming it instead of holding
+ * it until a writer comes; a byte past its size at most, so a link to /dev/zero is corrupt, not read
+ * without end.
+ */
+async function* storeFileChunks(root: string, blob: { sha256: string; sizeBytes: number }): AsyncGenerator<Buffer> {
+  try {
+    yield* regularFileChunks(path.join(root, blobRelativePath(blob.sha256)), blob.sizeBytes + 1);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new BackupError(
+        'blob_missing',
+        `blob ${blob.sha256} is referenced by the catalog but missing from ${root}`,
+      );
+    if (err instanceof BackupError && err.code === 'backup_invalid')
+      throw new BackupError('blob_corrupt', `blob ${blob.sha256} in ${root}: ${err.message}`, { cause: err });
+    throw err;
+  }
+}
+
 async function tryLink(from: string, to: string): Promise<boolean> {
   try {
     await link(from, to);
@@ -133,22 +157,14 @@ export async function putBlob(
     }
     if (await tryLink(candidate, target)) return 'reused';
   }
-  if (source.fsRoot !== undefined) {
-    const original = path.join(source.fsRoot, relative);
-    const seen = await hashStream(paced(fileChunks(original), source.meter, source.signal)).catch((err: unknown) => {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
-        throw new BackupError(
-          'blob_missing',
-          `blob ${blob.sha256} is referenced by the catalog but missing from ${source.fsRoot}`,
-        );
-      throw err;
-    });
+  if (source.fsRoot !== undefined && source.linkable) {
+    const seen = await hashStream(paced(storeFileChunks(source.fsRoot, blob), source.meter, source.signal));
     if (seen.sha256 !== blob.sha256)
       throw new BackupError(
         'blob_corrupt',
         `blob ${blob.sha256} in ${source.fsRoot} hashes to ${seen.sha256}; run \`arkvory scrub\` to quarantine it`,
       );
-    if (await tryLink(original, target)) return 'linked';
+    if (await tryLink(path.join(source.fsRoot, relative), target)) return 'linked';
   }
   const temp = `${target}.${process.pid}.tmp`;
   const controller = new AbortController();
@@ -157,16 +173,22 @@ export async function putBlob(
   let reader: BlobReader | undefined;
   const out = await open(temp, 'w', 0o644);
   try {
-    reader = await source.store.openBlob(blob.sha256).catch((err: unknown) => {
-      if ((err as { code?: string }).code === 'not_found')
-        throw new BackupError(
-          'blob_missing',
-          `blob ${blob.sha256} is referenced by the catalog but missing from ${source.store.location}`,
-        );
-      throw err;
-    });
+    let body: AsyncIterable<Buffer>;
+    // The directory store's own file, not its `openBlob`: that opens it blocking, and a named pipe would hold the backup.
+    if (source.fsRoot !== undefined) body = storeFileChunks(source.fsRoot, blob);
+    else {
+      reader = await source.store.openBlob(blob.sha256).catch((err: unknown) => {
+        if ((err as { code?: string }).code === 'not_found')
+          throw new BackupError(
+            'blob_missing',
+            `blob ${blob.sha256} is referenced by the catalog but missing from ${source.store.location}`,
+          );
+        throw err;
+      });
+      body = readerChunks(reader, controller.signal);
+    }
     const hash = createHash('sha256');
-    for await (const chunk of paced(readerChunks(reader, controller.signal), source.meter, source.signal)) {
+    for await (const chunk of paced(body, source.meter, source.signal)) {
       hash.update(chunk);
       await out.write(chunk);
     }
