@@ -5,7 +5,6 @@
  * `ArtifactStore` (any other store kind).
  */
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import { link, mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { ByteMeter } from '../byte-meter.ts';
@@ -74,24 +73,6 @@ export async function hashStream(source: AsyncIterable<Buffer>): Promise<{ sha25
     bytes += chunk.length;
   }
   return { sha256: hash.digest('hex'), bytes };
-}
-
-/**
- * The bytes of `file`; with `maxBytes` (at least 1), no more than that many (the rest is not read).
- * Counted, not asked of the file by position: positional reads fail on a pipe (ESPIPE), which is then
- * read as any other file, up to the bound.
- */
-export async function* fileChunks(file: string, maxBytes?: number): AsyncGenerator<Buffer> {
-  let left = maxBytes ?? Number.POSITIVE_INFINITY;
-  // Leaving the loop early (the bound reached) destroys the stream.
-  for await (const chunk of createReadStream(file, { highWaterMark: CHUNK }) as AsyncIterable<Buffer>) {
-    if (chunk.length >= left) {
-      yield chunk.subarray(0, left);
-      return;
-    }
-    left -= chunk.length;
-    yield chunk;
-  }
 }
 
 /**
