@@ -182,8 +182,9 @@ export function linkOutlivedGrant(issuedAtS: number, removedAtMs: number | undef
 
 /**
  * How long to wait before a link dated `nowMs` (the database's clock) counts as made after the
- * grant removal at `removedAtMs`: 0 when it already does, else until the next whole second after
- * the removal (a link made at once after a re-grant would otherwise be void from birth).
+ * grant removal (or the principal's disable, `disabled_at`) at `removedAtMs`: 0 when it already
+ * does, else until the next whole second after it (a link made at once after a re-grant or a
+ * re-enable would otherwise be void from birth).
  */
 export function msUntilLinkOutlivesRemoval(nowMs: number, removedAtMs: number | undefined): number {
   if (!linkOutlivedGrant(Math.floor(nowMs / 1000), removedAtMs)) return 0;

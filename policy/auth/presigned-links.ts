@@ -179,18 +179,21 @@ export class PresignedLinks {
 
   /**
    * Now by the database's clock, in a later second than the last removal of the principal's grant
-   * on the repository: a link dated within that second would count as made before the removal and
-   * be void from birth (`linkOutlivedGrant`). So a link asked for within the second of a removal
-   * and a new grant (a script that gives the grant back at once) waits for the next second, once.
+   * on the repository and than its last disable: a link dated within either second would count as
+   * made before it and be void from birth (`linkOutlivedGrant`, the `disabled_at` check in
+   * `authenticate`). So a link asked for within the second of a removal and a new grant, or of a
+   * disable and an enable (a script that gives back at once), waits for the next second, once.
+   * `disabled_at` is read here, not from the principal's cached copy, which may predate the disable.
    */
   async #linkDateMs(principalId: string, repository: string): Promise<number> {
     for (let attempt = 0; ; attempt++) {
-      let row: { now: Date; removed_at: Date | null };
+      let row: { now: Date; removed_at: Date | null; disabled_at: Date | null };
       try {
         row = (
-          await this.#pool.query<{ now: Date; removed_at: Date | null }>(
+          await this.#pool.query<{ now: Date; removed_at: Date | null; disabled_at: Date | null }>(
             `SELECT now() AS now, (SELECT removed_at FROM arkvory_grant_removals
-               WHERE principal_id = $1 AND repository = $2) AS removed_at`,
+               WHERE principal_id = $1 AND repository = $2) AS removed_at,
+             (SELECT disabled_at FROM arkvory_principals WHERE id = $1) AS disabled_at`,
             [principalId, repository],
           )
         ).rows[0]!;
@@ -198,9 +201,12 @@ export class PresignedLinks {
         throw new PolicyError('unavailable', 'Cannot make the link right now; retry later.', lookupFailure(err));
       }
       const nowMs = row.now.getTime();
-      const waitMs = msUntilLinkOutlivesRemoval(nowMs, row.removed_at?.getTime());
+      const waitMs = Math.max(
+        msUntilLinkOutlivesRemoval(nowMs, row.removed_at?.getTime()),
+        msUntilLinkOutlivesRemoval(nowMs, row.disabled_at?.getTime()),
+      );
       if (waitMs === 0) return nowMs;
-      // Only a removal stamped by a clock that has since gone back leaves more than a second to wait.
+      // Only a stamp made by a clock that has since gone back leaves more than a second to wait.
       if (attempt > 0 || waitMs > 1000)
         throw new PolicyError('unavailable', 'Cannot make the link right now; retry in a second.');
       // Elapsed time, which the database's clock and this one agree on; no injected clock dates a link.
