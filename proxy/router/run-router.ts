@@ -83,6 +83,7 @@ export async function runRouter(
       ? (await import('../tracing/tracing.ts')).openTracing(config.tracing, {
           role: config.role,
           log: log.child({ component: 'tracing' }),
+          trustedProxies: config.trustedProxies,
         })
       : undefined;
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });

@@ -186,6 +186,7 @@ async function runGateway(
       ? (await import('../tracing/tracing.ts')).openTracing(config.tracing, {
           role: config.role,
           log: log.child({ component: 'tracing' }),
+          trustedProxies: config.trustedProxies,
         })
       : undefined;
     registerTracingMetrics(metrics.registry, tracing);

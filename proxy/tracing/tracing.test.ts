@@ -100,3 +100,34 @@ it('a traceparent is continued only when well formed and from a peer allowed to;
     await tracing.shutdown();
   }
 });
+
+it("url.scheme is the client's by the gateway's rule: a trusted proxy's word, never a client's own", async () => {
+  const log = createLogger('silent', { write: () => {} });
+  const config = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9' }).tracing;
+  const behindProxy = openTracing(config!, { role: 'api', log, trustedProxies: ['127.0.0.1'] });
+  const direct = openTracing(config!, { role: 'api', log });
+  const schemes = (tracing: typeof direct) =>
+    http.createServer((req, res) => {
+      // Never ended: no export to wait for at shutdown.
+      const { span } = tracing.startServer(req, () => false);
+      res.end(String((span as unknown as { attributes: Record<string, unknown> }).attributes['url.scheme']));
+    });
+  const servers = [schemes(behindProxy), schemes(direct)];
+  await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))));
+  const ask = (server: http.Server, headers: Record<string, string> = {}) =>
+    fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, { headers }).then((r) => r.text());
+  try {
+    const [trusted, untrusted] = servers as [http.Server, http.Server];
+    expect(await ask(trusted)).toBe('http');
+    expect(await ask(trusted, { 'x-forwarded-proto': 'https' })).toBe('https');
+    // The last entry is the trusted proxy's own; one a client sent sits before it.
+    expect(await ask(trusted, { 'x-forwarded-proto': 'https, http' })).toBe('http');
+    expect(await ask(trusted, { forwarded: 'for=192.0.2.1;proto=https' })).toBe('https');
+    // From a peer that is no trusted proxy, the listener's scheme, whatever the request says.
+    expect(await ask(untrusted, { 'x-forwarded-proto': 'https' })).toBe('http');
+    expect(await ask(untrusted, { forwarded: 'proto=https' })).toBe('http');
+  } finally {
+    for (const s of servers) s.close();
+    await Promise.all([behindProxy.shutdown(), direct.shutdown()]);
+  }
+});

@@ -27,6 +27,7 @@ import type { Logger } from 'pino';
 import { knownMethod, spanMethod } from '../../lib/http-method.ts';
 import { redactUrl } from '../../lib/redact-url.ts';
 import type { TracingConfig } from '../config/config.ts';
+import { createTrustedProxies, requestScheme, type TrustedProxies } from '../router/forwarded.ts';
 import { BoundedProcessor, CountingExporter, type ExportCounts } from './bounded-export.ts';
 import { RequestTrace } from './request-trace.ts';
 import { cutExportRequestsAfter } from './export-deadline.ts';
@@ -95,15 +96,21 @@ function hostOf(req: IncomingMessage): { address: string; port: number | undefin
  * The server span's HTTP semantic-convention attributes: the routed path only (span-path.ts), never
  * the query (a pre-signed link's signature is in it) nor an absolute-form target's user info; the
  * method `_OTHER` unless a known one, the Host and the user agent cut short (a client's to size).
- * `http.request.method_original` is left out: it would be the unbounded method again.
+ * `http.request.method_original` is left out: it would be the unbounded method again. `url.scheme`
+ * is the client's by the gateway's one rule (`requestScheme`): the listener's, unless a trusted
+ * proxy says how the client reached it; never what a client says of itself.
  */
-function serverAttributes(req: IncomingMessage, method: string, peer: string | undefined): Attributes {
+function serverAttributes(
+  req: IncomingMessage,
+  method: string,
+  peer: string | undefined,
+  trusted: TrustedProxies,
+): Attributes {
   const path = spanPath(req.url ?? '/');
   const host = hostOf(req);
-  const encrypted = (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
   const attributes: Attributes = {
     [ATTR_HTTP_REQUEST_METHOD]: method,
-    [ATTR_URL_SCHEME]: encrypted ? 'https' : 'http',
+    [ATTR_URL_SCHEME]: requestScheme(req, trusted).scheme,
     [ATTR_NETWORK_PROTOCOL_VERSION]: req.httpVersion,
   };
   if (path !== undefined) attributes[ATTR_URL_PATH] = path;
@@ -115,7 +122,15 @@ function serverAttributes(req: IncomingMessage, method: string, peer: string | u
   return attributes;
 }
 
-export function openTracing(config: TracingConfig, options: { role: string; log: Logger }): Tracing {
+/**
+ * `trustedProxies`: ARKVORY_TRUSTED_PROXIES (`config.trustedProxies`), whose word on the client's
+ * scheme `url.scheme` takes; none when left out.
+ */
+export function openTracing(
+  config: TracingConfig,
+  options: { role: string; log: Logger; trustedProxies?: readonly string[] },
+): Tracing {
+  const trusted = createTrustedProxies(options.trustedProxies ?? []);
   if (!contextInstalled) {
     context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     propagation.setGlobalPropagator(propagator);
@@ -183,7 +198,7 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
       // No attributes for the sampler: none of the OTEL_TRACES_SAMPLER samplers reads them, and an
       // unsampled request (most of them at a low ratio) should not build them at all.
       const span = tracer.startSpan(spanMethod(req.method), { kind: SpanKind.SERVER }, parent);
-      if (span.isRecording()) span.setAttributes(serverAttributes(req, knownMethod(req.method), peer));
+      if (span.isRecording()) span.setAttributes(serverAttributes(req, knownMethod(req.method), peer, trusted));
       return new RequestTrace(tracer, span, parent, config.recordPrincipal);
     },
     headersOf(request) {
