@@ -4,7 +4,7 @@
  * target brings user info, and any target may bring a query (a pre-signed link's signature).
  */
 import { REDACTED } from '../../lib/redact-url.ts';
-import { simplePathname } from '../server/request-path.ts';
+import { parseRequestTarget } from '../server/request-path.ts';
 
 // Not an authority's: `/` then neither `/` nor `\` (which the WHATWG parser reads as `/`).
 const ORIGIN_FORM = /^\/(?![/\\])/;
@@ -14,26 +14,22 @@ const ORIGIN_FORM = /^\/(?![/\\])/;
 const KEY_IN_PATH = /(ark_[a-z0-9]{16}_)[A-Za-z0-9_-]{1,43}/g;
 
 /**
- * The pathname `new URL(target, base)` gives, with the secret of any API key in it taken out (an
- * admin revoking a leaked key by pasting it where its id belongs); undefined when the target is no
- * URL at all.
+ * The pathname the gateway routes by (`new URL(target, base)`'s), with the secret of any API key in
+ * it taken out (an admin revoking a leaked key by pasting it where its id belongs); undefined when
+ * the target is no URL at all.
  */
 export function spanPath(target: string): string | undefined {
   const path = routedPath(target);
   return path?.includes('ark_') ? path.replace(KEY_IN_PATH, `$1${REDACTED}`) : path;
 }
 
+/** The path the gateway routes the target by (`parseRequestTarget`, so the span names that route). */
 function routedPath(target: string): string | undefined {
   // `OPTIONS *`: the asterisk form names no path.
   if (target === '*') return target;
-  const simple = simplePathname(target);
-  if (simple !== undefined) return simple;
-  let pathname: string;
-  try {
-    pathname = new URL(target, 'http://span.invalid').pathname;
-  } catch {
-    return undefined;
-  }
+  const parsed = parseRequestTarget(target);
+  if (parsed === undefined || typeof parsed === 'string') return parsed;
+  const { pathname } = parsed;
   // After an authority, a path holding `@` is what is left of a password holding `/` or `:`.
   if (!ORIGIN_FORM.test(target) && pathname.includes('@')) return `/${REDACTED}`;
   return pathname;
