@@ -30,7 +30,7 @@ import type { Permission } from './authorize.ts';
 import { parseAuthorization, secretMatches } from './key-format.ts';
 import type { GroupCeilings, Principal, RepositoryCeilings, Scope } from './principal.ts';
 import { isPromise, type MaybePromise } from '../../lib/maybe-promise.ts';
-import { linkOutlivedGrant } from './presign-signature.ts';
+import { linkPredates } from './presign-signature.ts';
 
 interface KeyEntry {
   principalId: string;
@@ -413,12 +413,12 @@ export class Authenticator {
 
   /**
    * The grant a pre-signed link made at `issuedAtS` (unix seconds, the database's clock) acts with:
-   * none when the principal's grant on the repository was removed since (`linkOutlivedGrant`), even
+   * none when the principal's grant on the repository was removed since (`linkPredates`), even
    * if it has been given again. Answers at once from the trusted cache, like `grantNow`.
    */
   grantForLinkNow(principalId: string, repository: string, issuedAtS: number): MaybePromise<Permission | undefined> {
     const forLink = (e: GrantEntry | undefined) =>
-      e === undefined || linkOutlivedGrant(issuedAtS, e.removedAtMs) ? undefined : e.permission;
+      e === undefined || linkPredates(issuedAtS, e.removedAtMs) ? undefined : e.permission;
     const entry = this.#grantEntryNow(principalId, repository);
     return isPromise(entry) ? entry.then(forLink) : forLink(entry);
   }

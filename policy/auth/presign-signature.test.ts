@@ -5,7 +5,7 @@ import {
   hasPresignParams,
   isOutdatedLink,
   linkLifetime,
-  linkOutlivedGrant,
+  linkPredates,
   msUntilLinkOutlivesRemoval,
   outlivesMaxLifetime,
   PRESIGN_CLOCK_SKEW_SECONDS,
@@ -156,7 +156,7 @@ describe('outlivesMaxLifetime: the current maximum applies to links already made
   });
 });
 
-describe('linkOutlivedGrant: a link made before its grant was last removed stays void', () => {
+describe('linkPredates: a link made before its grant was last removed stays void', () => {
   const T = 1_800_000_000;
   it.each([
     // [issuedAt (s), removedAt (ms) or undefined, void?]
@@ -167,7 +167,7 @@ describe('linkOutlivedGrant: a link made before its grant was last removed stays
     [T + 1, T * 1000 + 999, false], // made in the next second
     [T + 3600, T * 1000, false],
   ])('issued %i, removed at %s: %s', (issuedAt, removedAtMs, expected) => {
-    expect(linkOutlivedGrant(issuedAt, removedAtMs)).toBe(expected);
+    expect(linkPredates(issuedAt, removedAtMs)).toBe(expected);
   });
 
   it('issuing waits for the second after the removal, and only then', () => {
@@ -179,7 +179,7 @@ describe('linkOutlivedGrant: a link made before its grant was last removed stays
     // After the wait, a link dated then outlives the removal.
     const now = T_MS + 250;
     const wait = msUntilLinkOutlivesRemoval(now, T_MS + 100);
-    expect(linkOutlivedGrant(Math.floor((now + wait) / 1000), T_MS + 100)).toBe(false);
+    expect(linkPredates(Math.floor((now + wait) / 1000), T_MS + 100)).toBe(false);
     expect(msUntilLinkOutlivesRemoval(now + wait, T_MS + 100)).toBe(0);
   });
 });

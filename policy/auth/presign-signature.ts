@@ -170,14 +170,14 @@ export function linkLifetime(
 }
 
 /**
- * True when a link made at `issuedAtS` (whole seconds, the database's clock) predates the last
- * removal of its principal's grant on the repository (`removedAtMs`, same clock; undefined: never
- * removed): the link stays void after the grant is given again. A link made within the second of
- * the removal counts as made before it (its date cannot tell), so issuing waits for the next second
- * (`msUntilLinkOutlivesRemoval`).
+ * True when a link made at `issuedAtS` (whole seconds, the database's clock) predates `atMs` (same
+ * clock; undefined: never): the last removal of its principal's grant on the repository, or the
+ * principal's last disable. Such a link stays void after the grant is given again or the principal
+ * enabled again. A link made within that second counts as made before it (its date cannot tell),
+ * so issuing waits for the next second (`msUntilLinkOutlivesRemoval`).
  */
-export function linkOutlivedGrant(issuedAtS: number, removedAtMs: number | undefined): boolean {
-  return removedAtMs !== undefined && issuedAtS * 1000 <= removedAtMs;
+export function linkPredates(issuedAtS: number, atMs: number | undefined): boolean {
+  return atMs !== undefined && issuedAtS * 1000 <= atMs;
 }
 
 /**
@@ -187,6 +187,6 @@ export function linkOutlivedGrant(issuedAtS: number, removedAtMs: number | undef
  * re-enable would otherwise be void from birth).
  */
 export function msUntilLinkOutlivesRemoval(nowMs: number, removedAtMs: number | undefined): number {
-  if (!linkOutlivedGrant(Math.floor(nowMs / 1000), removedAtMs)) return 0;
+  if (!linkPredates(Math.floor(nowMs / 1000), removedAtMs)) return 0;
   return (Math.floor(removedAtMs! / 1000) + 1) * 1000 - nowMs;
 }

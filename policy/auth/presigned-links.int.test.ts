@@ -155,6 +155,43 @@ describe('a link and the disabling of its principal, on a gateway whose clock is
   });
 });
 
+describe('a link made in the very millisecond its principal was disabled', () => {
+  it('counts as made before the disable: it stays dead once the principal is enabled again', async () => {
+    const now = new ManualClock(Date.now(), 0);
+    const freshAuth = new Authenticator({
+      pool: db.pool,
+      databaseUrl: db.url,
+      clock: now,
+      log: createLogger('silent'),
+    });
+    await freshAuth.start();
+    try {
+      const freshLinks = new PresignedLinks({ pool: db.pool, auth: freshAuth, clock: now, maxLifetimeSeconds: 604800 });
+      const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+      const link = await freshLinks.issue(await principalOf(sa), PATH, SHA, 600, 'libs');
+      const url = new URL(link.pathAndQuery, 'http://gw.invalid');
+      const issuedAtS = Number(url.searchParams.get('X-Arkvory-Date'));
+      const store = new AdminStore(db.pool);
+      await store.setPrincipalDisabled(sa.principalId, true);
+      await store.setPrincipalDisabled(sa.principalId, false);
+      // The disable stamped at the link's own second, to the millisecond: its date cannot tell which came first.
+      await db.pool.query('UPDATE arkvory_principals SET disabled_at = to_timestamp($2) WHERE id = $1', [
+        sa.principalId,
+        issuedAtS,
+      ]);
+      await waitUntil(async () => (await freshAuth.authenticateKeyId(sa.keyId)).disabledAtMs === issuedAtS * 1000, {
+        what: 'the stamped disable to reach the cache',
+        timeoutMs: 5000,
+      });
+      await expect(freshLinks.authenticate(url.pathname, url.searchParams)).rejects.toMatchObject({
+        code: 'unauthorized',
+      });
+    } finally {
+      await freshAuth.stop();
+    }
+  });
+});
+
 describe('the removal of a grant, as the database records it', () => {
   it('is stamped by each path that removes one, kept when it is given back, not by a lowered grant', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'write' } });

@@ -24,6 +24,7 @@ import type { Principal } from './principal.ts';
 import {
   canonicalPath,
   isOutdatedLink,
+  linkPredates,
   msUntilLinkOutlivesRemoval,
   outlivesMaxLifetime,
   parsePresignQuery,
@@ -180,7 +181,7 @@ export class PresignedLinks {
   /**
    * Now by the database's clock, in a later second than the last removal of the principal's grant
    * on the repository and than its last disable: a link dated within either second would count as
-   * made before it and be void from birth (`linkOutlivedGrant`, the `disabled_at` check in
+   * made before it and be void from birth (`linkPredates`, the `disabled_at` check in
    * `authenticate`). So a link asked for within the second of a removal and a new grant, or of a
    * disable and an enable (a script that gives back at once), waits for the next second, once.
    * `disabled_at` is read here, not from the principal's cached copy, which may predate the disable.
@@ -252,7 +253,7 @@ export class PresignedLinks {
     if (outlivesMaxLifetime(link, nowMs, this.#maxLifetimeSeconds)) throw unauthorized();
     const principal = await this.#auth.authenticateKeyId(link.keyId);
     // Re-enabling a principal restores its keys, not the links made before it was disabled.
-    if (principal.disabledAtMs !== undefined && link.issuedAt * 1000 < principal.disabledAtMs) throw unauthorized();
+    if (linkPredates(link.issuedAt, principal.disabledAtMs)) throw unauthorized();
     return { principal, sha256: link.sha256, issuedAtS: link.issuedAt };
   }
 }
