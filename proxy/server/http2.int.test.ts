@@ -571,9 +571,13 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
       const taken = (await metric(gw, 'arkvory_http2_stream_resets_received_total')) - resetsBefore;
       expect(taken, `sent ${sent}`).toBeLessThanOrEqual(NGHTTP2_RESET_BURST + 1);
       if (raw!.goaway === ENHANCE_YOUR_CALM) {
-        // The front door's budget ended it: one GOAWAY counted, after more than the budget's resets.
+        // The front door's budget ended it: one GOAWAY counted, once the client had sent more than the
+        // budget's resets. Not read from the resets metric: the budget also counts the client's
+        // streams nghttp2 ended before they became requests (the gaps in its stream ids), which that
+        // metric does not (a CI run saw the budget end it with 136 counted there); the exact
+        // threshold, both kinds together, is pinned in http2-session-watch.test.ts.
         expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="rapid_reset"}')).toBe(goawaysBefore + 1);
-        expect(taken, `sent ${sent}`).toBeGreaterThan(RESET_BUDGET.resets);
+        expect(sent, `taken ${taken}`).toBeGreaterThan(RESET_BUDGET.resets);
       }
     },
   );
