@@ -117,24 +117,24 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
   });
 });
 
+/** Runs `body` with an authenticator and links of their own on `clock` (stopped after, whatever happens). */
+async function withOwnClock(
+  clock: ManualClock,
+  body: (auth: Authenticator, links: PresignedLinks) => Promise<void>,
+): Promise<void> {
+  const ownAuth = new Authenticator({ pool: db.pool, databaseUrl: db.url, clock, log: createLogger('silent') });
+  await ownAuth.start();
+  try {
+    await body(ownAuth, new PresignedLinks({ pool: db.pool, auth: ownAuth, clock, maxLifetimeSeconds: 604800 }));
+  } finally {
+    await ownAuth.stop();
+  }
+}
+
 describe('a link and the disabling of its principal, on a gateway whose clock is off', () => {
   it('made before the principal was disabled stays dead once it is enabled again, with the clock 30 s ahead', async () => {
     // disabled_at is the database's time: a link dated by this gateway's clock would count as made after it.
-    const ahead = new ManualClock(Date.now() + 30_000, 0);
-    const aheadAuth = new Authenticator({
-      pool: db.pool,
-      databaseUrl: db.url,
-      clock: ahead,
-      log: createLogger('silent'),
-    });
-    await aheadAuth.start();
-    try {
-      const aheadLinks = new PresignedLinks({
-        pool: db.pool,
-        auth: aheadAuth,
-        clock: ahead,
-        maxLifetimeSeconds: 604800,
-      });
+    await withOwnClock(new ManualClock(Date.now() + 30_000, 0), async (_auth, aheadLinks) => {
       const check = (pathAndQuery: string) => {
         const url = new URL(pathAndQuery, 'http://gw.invalid');
         return aheadLinks.authenticate(url.pathname, url.searchParams).then((r) => r.principal);
@@ -149,24 +149,13 @@ describe('a link and the disabling of its principal, on a gateway whose clock is
       // A link asked for at once is dated in a later second (of the database's clock) than the disable, and works.
       const after = await aheadLinks.issue(principal, PATH, SHA, 600, 'libs');
       expect((await check(after.pathAndQuery)).id).toBe(sa.principalId);
-    } finally {
-      await aheadAuth.stop();
-    }
+    });
   });
 });
 
 describe('a link made in the very millisecond its principal was disabled', () => {
   it('counts as made before the disable: it stays dead once the principal is enabled again', async () => {
-    const now = new ManualClock(Date.now(), 0);
-    const freshAuth = new Authenticator({
-      pool: db.pool,
-      databaseUrl: db.url,
-      clock: now,
-      log: createLogger('silent'),
-    });
-    await freshAuth.start();
-    try {
-      const freshLinks = new PresignedLinks({ pool: db.pool, auth: freshAuth, clock: now, maxLifetimeSeconds: 604800 });
+    await withOwnClock(new ManualClock(Date.now(), 0), async (freshAuth, freshLinks) => {
       const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
       const link = await freshLinks.issue(await principalOf(sa), PATH, SHA, 600, 'libs');
       const url = new URL(link.pathAndQuery, 'http://gw.invalid');
@@ -186,9 +175,7 @@ describe('a link made in the very millisecond its principal was disabled', () =>
       await expect(freshLinks.authenticate(url.pathname, url.searchParams)).rejects.toMatchObject({
         code: 'unauthorized',
       });
-    } finally {
-      await freshAuth.stop();
-    }
+    });
   });
 });
 
