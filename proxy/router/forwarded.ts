@@ -257,14 +257,25 @@ export function requestScheme(
   const socket = req.socket as (typeof req.socket & { encrypted?: boolean }) | null;
   const own: Scheme = socket?.encrypted === true ? 'https' : 'http';
   const { headers } = req;
-  const xfp = headers['x-forwarded-proto'];
-  const forwarded = headers.forwarded;
-  if ((xfp === undefined && forwarded === undefined) || !trusted.isTrusted(socket?.remoteAddress ?? '')) {
+  if (
+    (headers['x-forwarded-proto'] === undefined && headers.forwarded === undefined) ||
+    !trusted.isTrusted(socket?.remoteAddress ?? '')
+  ) {
     return { scheme: own, fromProxy: false };
   }
-  const entries = (headerText(xfp) ?? '').split(',').filter((entry) => entry.trim() !== '');
-  const said = entries.length > 0 ? schemeOf(entries.at(-1)) : lastForwardedProto(forwarded);
+  const said = schemeSaidByProxy(headers);
   return said === undefined ? { scheme: own, fromProxy: false } : { scheme: said, fromProxy: true };
+}
+
+/**
+ * What a trusted proxy says its client used: the last entry of its `X-Forwarded-Proto` (the one it
+ * wrote itself), or when it sends none, the `proto=` of its own (the last) `Forwarded` element; only
+ * `http` or `https`, else nothing. The gateway's `requestScheme` and the router's forwarding headers
+ * both read it so.
+ */
+function schemeSaidByProxy(headers: IncomingHttpHeaders): Scheme | undefined {
+  const entries = (headerText(headers['x-forwarded-proto']) ?? '').split(',').filter((entry) => entry.trim() !== '');
+  return entries.length > 0 ? schemeOf(entries.at(-1)) : lastForwardedProto(headers.forwarded);
 }
 
 function forwardedNode(address: string): string {
@@ -354,10 +365,9 @@ export function buildUpstreamHeaders(input: ForwardingInput, cache?: HopCache): 
     out.push(name, rawHeaders[i + 1]!);
   }
   const { fromProxy, peer } = hop;
-  // A proxy that sends `Forwarded` alone says its client's scheme in its own (the last) element.
-  const proto =
-    (fromProxy && (headerText(headers['x-forwarded-proto']) || lastForwardedProto(headers.forwarded))) ||
-    (input.encrypted ? 'https' : 'http');
+  // As a gateway reads it (requestScheme): a proxy's last X-Forwarded-Proto entry, else its own
+  // Forwarded element's proto=; anything but http/https leaves the router's own listener's scheme.
+  const proto = (fromProxy && schemeSaidByProxy(headers)) || (input.encrypted ? 'https' : 'http');
   const host = (fromProxy && headerText(headers['x-forwarded-host'])) || headerText(headers.host);
   let element: string;
   // The element of a connection's Host is kept: building it again gives the same text.

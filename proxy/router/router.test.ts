@@ -801,6 +801,11 @@ describe('buildUpstreamHeaders', () => {
     // The proxy's X-Forwarded-Proto still wins, and an untrusted peer's Forwarded says nothing.
     expect(proto(['Forwarded', 'for=198.51.100.7;proto=https', 'X-Forwarded-Proto', 'http'])[0]).toBe('http');
     expect(proto(['Forwarded', 'for=198.51.100.7;proto=https'], '203.0.113.9')[0]).toBe('http');
+    // Read as a gateway reads it (requestScheme): the proxy's own, last X-Forwarded-Proto entry, and
+    // only http or https; not its whole list passed on, nor a word of its own put in Forwarded.
+    expect(proto(['X-Forwarded-Proto', 'http, https'])).toEqual(['https', 'for=127.0.0.2;proto=https;host=h']);
+    expect(proto(['X-Forwarded-Proto', 'https, http'])[0]).toBe('http');
+    expect(proto(['X-Forwarded-Proto', 'wss'])).toEqual(['http', 'for=127.0.0.2;proto=http;host=h']);
   });
 
   it('extends the chain of a trusted proxy (two X-Forwarded-For in order) and quotes IPv6 in Forwarded', () => {
