@@ -18,7 +18,9 @@
  * same bytes from memory through its compatibility or stream API, the least any server on it costs
  * per request; and `node:http2 from memory (compat+redis)`: the compatibility API after the three
  * rate-limit calls the gateway makes per request (a peek, a counted check, a peek) through its own
- * Redis counter store, the least a server counting in Redis costs (floors run only when named). `--profile-dir` runs the gateway with
+ * Redis counter store, the least a server counting in Redis costs; and `node:http2 from memory
+ * (stream+redis)`: the same calls before an answer through the stream API, the least a gateway with
+ * a response path of its own on that API could cost (floors run only when named). `--profile-dir` runs the gateway with
  * `--cpu-prof` into DIR (summarise with bench/cpu-profile-summary.ts); `--node-options` adds
  * options to the gateway's NODE_OPTIONS; `--compare-root` adds the gateway of another checkout
  * (the code before a change, say) as `gateway h2 (compare)` and `gateway h1 (TLS) (compare)`, in
@@ -84,7 +86,7 @@ if (args.serve) {
       res.writeHead(200, head);
       res.end(body);
     });
-  else if (args['from-memory'] === 'compat+redis') {
+  else if (args['from-memory'] === 'compat+redis' || args['from-memory'] === 'stream+redis') {
     // The gateway's three rate-limit calls per request through its own Redis counter store (batched
     // per turn of the event loop, as in the gateway): a peek, a counted check, a peek.
     const store = createRedisCounterStore(new Redis(args['redis-url']!, { enableAutoPipelining: true }));
@@ -104,15 +106,27 @@ if (args.serve) {
       ],
       skip: undefined,
     });
-    server.on('request', async (_req, res) => {
+    const counted = async () => {
       const nowMs = Date.now();
       const windowEndMs = nowMs - (nowMs % 60_000) + 60_000;
       await store.run(plan('auth-failure', windowEndMs), { nowMs, cost: 1, mode: 'peek' });
       await store.run(plan('request', windowEndMs), { nowMs, cost: 1, mode: 'check' });
       await store.run(plan('transfer', windowEndMs), { nowMs, cost: 4096, mode: 'peek' });
-      res.writeHead(200, head);
-      res.end(body);
-    });
+    };
+    if (args['from-memory'] === 'compat+redis')
+      server.on('request', async (_req, res) => {
+        await counted();
+        res.writeHead(200, head);
+        res.end(body);
+      });
+    else
+      server.on('stream', async (stream) => {
+        stream.on('error', () => {});
+        await counted();
+        if (stream.destroyed) return;
+        stream.respond({ ':status': 200, ...head });
+        stream.end(body);
+      });
   } else
     server.on('stream', (stream) => {
       stream.on('error', () => {});
@@ -133,7 +147,7 @@ interface Target {
   /** The gateway process measured; the bare server's is its run's own. */
   pid?: number;
   /** A bare node:http2 server started for each run: the file server, or one answering from memory. */
-  bare?: 'file' | 'compat' | 'compat+redis' | 'stream';
+  bare?: 'file' | 'compat' | 'compat+redis' | 'stream' | 'stream+redis';
 }
 
 /** CPU time (user + system) a process has used so far, in ms (Linux /proc; clock ticks of 10 ms). */
@@ -306,7 +320,7 @@ async function main(): Promise<void> {
           '--serve',
           file,
           ...(kind === 'file' ? [] : ['--from-memory', kind]),
-          ...(kind === 'compat+redis' ? ['--redis-url', redis.url] : []),
+          ...(kind.endsWith('+redis') ? ['--redis-url', redis.url] : []),
           '--port',
           String(barePort),
           '--cert',
@@ -344,7 +358,7 @@ async function main(): Promise<void> {
       ...(compared ? gatewayTargets(' (compare)', compared, compared.gateway.child.pid!) : []),
     ];
     // Run only when named: what node:http2 costs per request before a server does anything of its own.
-    const floors: Target[] = (['compat', 'compat+redis', 'stream'] as const).map((kind) => ({
+    const floors: Target[] = (['compat', 'compat+redis', 'stream', 'stream+redis'] as const).map((kind) => ({
       name: `node:http2 from memory (${kind})`,
       url: `https://127.0.0.1:${barePort}/small.bin`,
       h2loadArgs: ['-c16', '-m16'],
