@@ -48,7 +48,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http_client_faults_total',
     type: 'counter',
     labels: ['code'],
-    help: 'Client faults by error code: 4xx answers to requests no principal accounts for (no key or a bad one, a malformed request, a banned address) and such clients gone (client_aborted); every one is counted, their log lines are bounded (5 a minute per code).',
+    help: 'Client faults by error code: 4xx answers to requests no principal accounts for (no key or a bad one, a malformed request, a banned address) and such clients gone (client_aborted), and the answers given before a request existed (a head the HTTP parser refused: invalid_request, or unauthorized for bad bytes in Authorization; a head past its timeout: request_timeout; an unmet Expect: expectation_failed; CONNECT: connect_refused), which arkvory_http_requests_total does not count; every one is counted, their log lines are bounded (5 a minute per code).',
   },
   {
     name: 'arkvory_http_open_connections',

@@ -14,6 +14,8 @@ export interface GatewayMetrics {
   /** Where each source registers its families. */
   readonly registry: Registry;
   observeRequest(observation: RequestObservation): void;
+  /** A client fault answered before any request existed (proxy/server/front-door.ts `answeredEarly`). */
+  countEarlyFault(code: string): void;
   /** The exposition text and its content type. */
   render(): Promise<{ contentType: string; body: string }>;
 }
@@ -25,9 +27,11 @@ export interface GatewayMetrics {
 export function createGatewayMetrics(options: { registry?: Registry; processMetrics?: boolean } = {}): GatewayMetrics {
   const registry = options.registry ?? defaultRegistry;
   if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry });
+  const requests = registerRequestMetrics(registry);
   return {
     registry,
-    observeRequest: registerRequestMetrics(registry),
+    observeRequest: requests.observe,
+    countEarlyFault: requests.earlyFault,
     async render() {
       return { contentType: registry.contentType, body: await registry.metrics() };
     },

@@ -8,8 +8,16 @@ import { type Series, TalliedHistogram } from './tallied-histogram.ts';
 /** Methods outside this set are counted as `other`, so a client cannot invent label values. */
 const METHODS = new Set(['GET', 'HEAD', 'PUT', 'POST', 'DELETE', 'PATCH', 'OPTIONS']);
 
-/** Registers the request families; returns the observer the HTTP server calls when a response closes. */
-export function registerRequestMetrics(registry: Registry): (observation: RequestObservation) => void {
+/** The request families' inputs: each request's observation, and the client faults no request carried. */
+export interface RequestMetrics {
+  /** What the HTTP server calls when a response closes. */
+  observe(observation: RequestObservation): void;
+  /** A client fault answered before any request existed (a malformed head, a CONNECT…), by its code. */
+  earlyFault(code: string): void;
+}
+
+/** Registers the request families. */
+export function registerRequestMetrics(registry: Registry): RequestMetrics {
   // Request counts and bytes are plain numbers on the hot path, handed to prom-client at scrape
   // time (its inc() hashes and validates a label object per call). Found by walking method →
   // status → route (strings and numbers the server already holds), not by a key string built and
@@ -47,8 +55,10 @@ export function registerRequestMetrics(registry: Registry): (observation: Reques
     for (const [code, n] of faults) this.inc({ code }, n);
   });
 
-  return (o) => {
-    if (o.fault !== undefined) faults.set(o.fault, (faults.get(o.fault) ?? 0) + 1);
+  const countFault = (code: string) => faults.set(code, (faults.get(code) ?? 0) + 1);
+
+  const observe = (o: RequestObservation) => {
+    if (o.fault !== undefined) countFault(o.fault);
     const method = METHODS.has(o.method) ? o.method : 'other';
     // Bounded: methods above, route templates, status codes.
     let byStatus = seriesByMethod.get(method);
@@ -67,4 +77,5 @@ export function registerRequestMetrics(registry: Registry): (observation: Reques
     if (o.bytesIn > 0) bytesIn += o.bytesIn;
     if (o.bytesOut > 0) bytesOut += o.bytesOut;
   };
+  return { observe, earlyFault: countFault };
 }

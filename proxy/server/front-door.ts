@@ -103,6 +103,11 @@ export function installFrontDoor(
   limits: FrontDoorLimits,
   log: Logger,
   handler: (req: IncomingMessage, res: ServerResponse) => void,
+  /**
+   * Hears the error code of each answer given before a request existed (a head the parser refused or
+   * that timed out, an unmet Expect, a CONNECT): client faults no request observation counts.
+   */
+  answeredEarly?: (code: string) => void,
 ): FrontDoor {
   const connections = new Connections();
   const bound = new ConnectionBound(
@@ -134,8 +139,8 @@ export function installFrontDoor(
   const timeouts = new Timeouts(server, limits, log);
   // A TLS listener speaks HTTP/2 too: sessions and streams get the same bounds (front-door/http2.ts).
   const h2 = new Http2Front(server as unknown as Http2Server, limits, log, timeouts.counts);
-  answerClientErrors(server, log);
-  answerNodeAnswers(server, log);
+  answerClientErrors(server, log, answeredEarly);
+  answerNodeAnswers(server, log, answeredEarly);
 
   return {
     admit(req, res) {

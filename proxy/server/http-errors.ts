@@ -125,17 +125,18 @@ export function sendError(res: ServerResponse, err: unknown, log?: Logger): void
 
 /**
  * The same answer written on a bare socket and closed, for a request Node could not parse (there is
- * no response object then). It carries a fresh `x-request-id`: every response has one.
+ * no response object then). It carries a fresh `x-request-id`: every response has one. False when
+ * the socket could no longer take it (it is destroyed instead).
  */
 export function sendErrorOnSocket(
   socket: Duplex,
   err: unknown,
   /** The listener's own headers (proxy/server/listener-headers.ts): Strict-Transport-Security. */
   extra: readonly (readonly [string, string])[] = [],
-): void {
+): boolean {
   if (!socket.writable || socket.destroyed) {
     socket.destroy();
-    return;
+    return false;
   }
   const mapped = toHttpError(err);
   const body = JSON.stringify(errorBody(mapped));
@@ -151,4 +152,5 @@ export function sendErrorOnSocket(
   headers.push(...extra, ['connection', 'close']);
   const head = headers.map(([name, value]) => `${name}: ${value}\r\n`).join('');
   socket.end(`HTTP/1.1 ${mapped.status} ${http.STATUS_CODES[mapped.status] ?? 'Error'}\r\n${head}\r\n${body}`);
+  return true;
 }

@@ -53,6 +53,11 @@ export function createGatewayServer(options: {
   readOnly?: boolean;
   /** Called once per request when its response closes (metrics). Must not throw. */
   onRequest?: (observation: RequestObservation) => void;
+  /**
+   * Called with the error code of each answer given before a request existed (a malformed or late
+   * head, an unmet Expect, a CONNECT): client faults `onRequest` never sees. Must not throw.
+   */
+  onEarlyFault?: (code: string) => void;
   /** Timeouts and the connection bound (proxy/server/front-door.ts); default the documented defaults. */
   limits?: FrontDoorLimits;
   /** The certificate to serve (proxy/tls/served-tls.ts); undefined = plain HTTP. */
@@ -89,83 +94,89 @@ export function createGatewayServer(options: {
     continueBody: (req, res) => frontDoor.continueBody(req, res),
     faultLog: new LogBudget(CLIENT_FAULT_LOG),
   };
-  const frontDoor = installFrontDoor(server, limits, log, (req, plainRes) => {
-    const res = plainRes as GatewayResponse;
-    // The request's own id is always made here: it is what the log lines and the audit trail
-    // correlate on, so a client must not choose it (it could name another request's lines). A sane
-    // id the client sent is kept beside it and is what its answer carries back.
-    const incomingId = req.headers['x-request-id'];
-    const clientReqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : undefined;
-    const reqId = randomUUID();
-    res.addEarlyHeader('x-request-id', clientReqId ?? reqId);
-    // Every answer, JSON and errors included: no browser may sniff a body into another type.
-    res.addEarlyHeader('x-content-type-options', 'nosniff');
+  const frontDoor = installFrontDoor(
+    server,
+    limits,
+    log,
+    (req, plainRes) => {
+      const res = plainRes as GatewayResponse;
+      // The request's own id is always made here: it is what the log lines and the audit trail
+      // correlate on, so a client must not choose it (it could name another request's lines). A sane
+      // id the client sent is kept beside it and is what its answer carries back.
+      const incomingId = req.headers['x-request-id'];
+      const clientReqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : undefined;
+      const reqId = randomUUID();
+      res.addEarlyHeader('x-request-id', clientReqId ?? reqId);
+      // Every answer, JSON and errors included: no browser may sniff a body into another type.
+      res.addEarlyHeader('x-content-type-options', 'nosniff');
 
-    // The URL object is built when a handler asks for it (the query of a pre-signed link), or at
-    // once when the path is not simple enough to read without the parser (request-path.ts).
-    const target = req.url ?? '/';
-    const parsed = parseRequestTarget(target);
-    const url = typeof parsed === 'string' ? undefined : parsed;
-    const pathname = typeof parsed === 'string' ? parsed : parsed?.pathname;
-    const exchange = new RequestExchange(exchangeServer, req, res, reqId, clientReqId, url);
-    res.exchange = exchange;
-    res.on('close', onResponseClose);
-    // Admitted once the request is recorded: the front door's own refusal (503 over the connection
-    // bound or while draining) is counted with its status like every other answer. Its line goes to
-    // debug: an overload must not flood the log (the front door's refusal counters are its record).
-    if (!frontDoor.admit(req, res)) {
-      exchange.quiet = true;
-      return;
-    }
-    if (tracing) exchange.trace = tracing.tracing.startServer(req, tracing.mayContinue);
-    if (pathname === undefined) {
-      answerError(exchange, new GatewayError('invalid_request', 'The request target is not a valid URL.'));
-      return;
-    }
-    // No name, id, cursor or filter here may hold a NUL (PostgreSQL refuses it in text): refused
-    // up front, rather than as a database error (a 500 for the client's fault) wherever one is read.
-    if (target.includes('%00')) {
-      answerError(exchange, new GatewayError('invalid_request', 'The request target holds a NUL byte (%00).'));
-      return;
-    }
-    if (hasDuplicateAuthorization(req.rawHeaders)) {
-      const headers: Record<string, string> = req.complete ? {} : { connection: 'close' };
-      answerError(exchange, new GatewayError('duplicate_authorization', undefined, { headers }));
-      return;
-    }
-    if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
-      // The body stays unread: close the connection after the answer rather than drain it.
-      const headers: Record<string, string> = { allow: 'GET, HEAD' };
-      if (!req.complete) headers.connection = 'close';
-      answerError(exchange, new GatewayError('read_only', undefined, { headers }));
-      return;
-    }
-    const match = table.match(req.method ?? 'GET', pathname);
-    if (match.kind === 'not_found') {
-      answerError(exchange, new GatewayError('not_found', 'No such route.'));
-      return;
-    }
-    if (match.kind === 'method_not_allowed') {
-      exchange.route = match.template;
-      // A link's parameters on another method are a link misused: the same 401 as a bad key (docs/clients.md).
-      if (target.includes('X-Arkvory-') && hasPresignParams(exchange.url.searchParams)) {
-        answerError(exchange, browserSafeChallenge(exchange, unauthorized()));
+      // The URL object is built when a handler asks for it (the query of a pre-signed link), or at
+      // once when the path is not simple enough to read without the parser (request-path.ts).
+      const target = req.url ?? '/';
+      const parsed = parseRequestTarget(target);
+      const url = typeof parsed === 'string' ? undefined : parsed;
+      const pathname = typeof parsed === 'string' ? parsed : parsed?.pathname;
+      const exchange = new RequestExchange(exchangeServer, req, res, reqId, clientReqId, url);
+      res.exchange = exchange;
+      res.on('close', onResponseClose);
+      // Admitted once the request is recorded: the front door's own refusal (503 over the connection
+      // bound or while draining) is counted with its status like every other answer. Its line goes to
+      // debug: an overload must not flood the log (the front door's refusal counters are its record).
+      if (!frontDoor.admit(req, res)) {
+        exchange.quiet = true;
         return;
       }
-      answerError(
-        exchange,
-        new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }),
-      );
-      return;
-    }
-    const routeDef = match.route.value;
-    exchange.route = match.route.template;
-    exchange.params = match.params;
-    exchange.access = routeDef.access;
-    // An unsampled request runs outside its span's context, as an untraced one (request-trace.ts).
-    if (exchange.trace === undefined || !exchange.trace.isRecording) void runRoute(exchange, routeDef, gates, audit);
-    else void runInTrace(exchange.trace, () => runRoute(exchange, routeDef, gates, audit));
-  });
+      if (tracing) exchange.trace = tracing.tracing.startServer(req, tracing.mayContinue);
+      if (pathname === undefined) {
+        answerError(exchange, new GatewayError('invalid_request', 'The request target is not a valid URL.'));
+        return;
+      }
+      // No name, id, cursor or filter here may hold a NUL (PostgreSQL refuses it in text): refused
+      // up front, rather than as a database error (a 500 for the client's fault) wherever one is read.
+      if (target.includes('%00')) {
+        answerError(exchange, new GatewayError('invalid_request', 'The request target holds a NUL byte (%00).'));
+        return;
+      }
+      if (hasDuplicateAuthorization(req.rawHeaders)) {
+        const headers: Record<string, string> = req.complete ? {} : { connection: 'close' };
+        answerError(exchange, new GatewayError('duplicate_authorization', undefined, { headers }));
+        return;
+      }
+      if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
+        // The body stays unread: close the connection after the answer rather than drain it.
+        const headers: Record<string, string> = { allow: 'GET, HEAD' };
+        if (!req.complete) headers.connection = 'close';
+        answerError(exchange, new GatewayError('read_only', undefined, { headers }));
+        return;
+      }
+      const match = table.match(req.method ?? 'GET', pathname);
+      if (match.kind === 'not_found') {
+        answerError(exchange, new GatewayError('not_found', 'No such route.'));
+        return;
+      }
+      if (match.kind === 'method_not_allowed') {
+        exchange.route = match.template;
+        // A link's parameters on another method are a link misused: the same 401 as a bad key (docs/clients.md).
+        if (target.includes('X-Arkvory-') && hasPresignParams(exchange.url.searchParams)) {
+          answerError(exchange, browserSafeChallenge(exchange, unauthorized()));
+          return;
+        }
+        answerError(
+          exchange,
+          new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }),
+        );
+        return;
+      }
+      const routeDef = match.route.value;
+      exchange.route = match.route.template;
+      exchange.params = match.params;
+      exchange.access = routeDef.access;
+      // An unsampled request runs outside its span's context, as an untraced one (request-trace.ts).
+      if (exchange.trace === undefined || !exchange.trace.isRecording) void runRoute(exchange, routeDef, gates, audit);
+      else void runInTrace(exchange.trace, () => runRoute(exchange, routeDef, gates, audit));
+    },
+    options.onEarlyFault,
+  );
 
   const graceful = makeGraceful(server, frontDoor);
   return {

@@ -281,6 +281,7 @@ async function runGateway(
           }
         : {}),
       onRequest: (o) => metrics.observeRequest(o),
+      onEarlyFault: (code) => metrics.countEarlyFault(code),
       limits: config.frontDoor,
       tls,
       tracing: tracing && { tracing, mayContinue: traceContextFrom(config) },

@@ -31,15 +31,23 @@ export async function startFrontDoorServer(
     log?: Logger;
     /** What an admitted request is answered; default `ok`. */
     answer?: (req: IncomingMessage, res: ServerResponse) => void;
+    /** Hears the code of each answer given before a request existed (installFrontDoor's `answeredEarly`). */
+    answeredEarly?: (code: string) => void;
   } = {},
 ): Promise<FrontDoorServer> {
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   const log = options.log ?? pino({ level: 'silent' });
   const answer = options.answer ?? ((_req, res) => res.end('ok'));
   const server = createListener({ http: serverOptions(limits), tls: options.tls, log });
-  const door = installFrontDoor(server, limits, log, (req, res) => {
-    if (door.admit(req, res)) answer(req, res);
-  });
+  const door = installFrontDoor(
+    server,
+    limits,
+    log,
+    (req, res) => {
+      if (door.admit(req, res)) answer(req, res);
+    },
+    options.answeredEarly,
+  );
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     server,

@@ -25,18 +25,23 @@ import { isHttp2 } from '../http2-messages.ts';
 import { answerHeadersOf } from '../listener.ts';
 import { LINGER } from './lingering-close.ts';
 
-/** Answers `server`'s unmet expectations and CONNECT requests (the gateway's and the router's alike). */
-export function answerNodeAnswers(server: http.Server, log: Logger): void {
+/**
+ * Answers `server`'s unmet expectations and CONNECT requests (the gateway's and the router's alike);
+ * `answered` hears the code of each (client faults: no principal was ever looked at).
+ */
+export function answerNodeAnswers(server: http.Server, log: Logger, answered?: (code: string) => void): void {
   const extra = answerHeadersOf(server);
   server.on('checkExpectation', (_req: http.IncomingMessage, res: http.ServerResponse) => {
     log.debug({ code: 'expectation_failed' }, 'Expect not met');
     sendError(res, refusal('expectation_failed'));
+    answered?.('expectation_failed');
   });
   // HTTP/2: (request, response); HTTP/1.1: (request, socket, head) with the socket node:http let go.
   server.on('connect', (req: http.IncomingMessage, target: http.ServerResponse | Duplex) => {
     log.debug({ code: 'connect_refused' }, 'CONNECT refused');
     if (isHttp2(req)) sendError(target as http.ServerResponse, refusal('connect_refused'));
-    else refuseOnSocket(target as Duplex, extra);
+    else if (!refuseOnSocket(target as Duplex, extra)) return;
+    answered?.('connect_refused');
   });
 }
 
@@ -46,12 +51,13 @@ export function answerNodeAnswers(server: http.Server, log: Logger): void {
  * the client sends after is read and dropped (a close with unread bytes would reset the answer
  * away) for at most LINGER.ms, then the socket is destroyed whatever the client does.
  */
-function refuseOnSocket(socket: Duplex, extra: ReturnType<typeof answerHeadersOf>): void {
-  sendErrorOnSocket(socket, new GatewayError('connect_refused'), extra);
+function refuseOnSocket(socket: Duplex, extra: ReturnType<typeof answerHeadersOf>): boolean {
+  if (!sendErrorOnSocket(socket, new GatewayError('connect_refused'), extra)) return false;
   socket.resume();
   const timer = setTimeout(() => socket.destroy(), LINGER.ms);
   timer.unref();
   socket.once('close', () => clearTimeout(timer));
+  return true;
 }
 
 /** Every answer carries an `x-request-id`; these have no request of ours, so a fresh one. */
