@@ -416,6 +416,70 @@ describe('leased download shares across a slot takeover (real PostgreSQL)', () =
     expect(taken.rows).toEqual([{ weight_sum: 1, held: '0' }]);
   }, 60_000);
 
+  it('shares follow weight sums past 1000: a gateway serving 2000 beside one serving 1000 gets two thirds', async () => {
+    // Up to 1000 principals at weights up to 1000 share one gateway's governor (bandwidth-governor.ts):
+    // a sum cut at 1000 gave 2 principals of weight 1000 on one gateway half of the rate between
+    // them, and the one principal of weight 1000 on the other gateway the other half alone.
+    const db = await freshDb();
+    const rate = 3_000_000;
+    await db.pool.query(
+      'INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (3, $1, 0)',
+      [rate],
+    );
+    const gateways = await Promise.all(
+      [1, 2].map(async (slot) => {
+        const client = new pg.Client({ connectionString: db.url });
+        await client.connect();
+        const owner = randomUUID();
+        const { rows } = await client.query<{ g: string }>(
+          `SELECT arkvory_lease_acquire($1, $2, 'reader', NULL, 10000)::text AS g`,
+          [slot, owner],
+        );
+        return { client, slot, owner, generation: rows[0]!.g, share: 0 };
+      }),
+    );
+    const weightSums = [2000, 1000];
+    try {
+      // Each renewal asks with the share in use (the last answer); a lowered share is held until then.
+      for (let round = 0; round < 4; round++)
+        for (const [i, g] of gateways.entries()) {
+          const { rows } = await g.client.query<{ share: string }>(
+            'SELECT arkvory_lease_share($1, $2, $3, 10000, $4, $5)::text AS share',
+            [g.slot, g.owner, g.generation, weightSums[i], g.share],
+          );
+          g.share = Number(rows[0]!.share);
+        }
+      // W = 2000 + 1000 + 1 (the free slot 0).
+      expect(gateways.map((g) => g.share)).toEqual([
+        Math.floor((rate * 2000) / 3001),
+        Math.floor((rate * 1000) / 3001),
+      ]);
+      const { rows } = await db.pool.query('SELECT slot, weight_sum FROM arkvory_gateway_leases ORDER BY slot');
+      expect(rows).toEqual([
+        { slot: 1, weight_sum: 2000 },
+        { slot: 2, weight_sum: 1000 },
+      ]);
+    } finally {
+      await Promise.all(gateways.map((g) => g.client.end()));
+    }
+  });
+
+  it('a gateway reports its weight sum past 1000 as it is (injected clock)', async () => {
+    const db = await freshDb();
+    await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
+    const clock = new ManualClock();
+    const timers = new ManualTimers(clock);
+    const reader = await coordinator(db, { role: 'reader', shared: { slot: 1, policy }, clock, timers });
+    reader.reportWeightSum(() => 2500);
+    const renewals: RenewalOutcome[] = [];
+    reader.onRenewal((outcome) => renewals.push(outcome));
+    await timers.advance(RENEW_AFTER_MS);
+    await until(() => renewals.length > 0);
+    expect(renewals).toEqual(['confirmed']);
+    const { rows } = await db.pool.query('SELECT weight_sum FROM arkvory_gateway_leases WHERE slot = 1');
+    expect(rows).toEqual([{ weight_sum: 2500 }]);
+  });
+
   it('a share request that waited while its slot was taken over answers NULL and leaves the new owner’s row alone', async () => {
     const db = await freshDb();
     await db.pool.query(

@@ -54,6 +54,12 @@ export interface CoordinatorOptions {
 
 /** Longest wait to take the slot (spec: "the wait is limited to 15 seconds"). */
 const ACQUIRE_TIMEOUT_MS = 15_000;
+/**
+ * The largest weight sum a gateway reports (migration 0079): its governor's table holds up to 1000
+ * principals at weights up to 1000, so their sum may pass 1000; cut at 1000, a gateway serving more
+ * weight than that was answered less than its share.
+ */
+const MAX_WEIGHT_SUM = 1_000_000;
 
 export class SlotBusy extends PolicyRefusal {}
 
@@ -248,7 +254,7 @@ export class Coordinator implements LeaseStanding {
    */
   async #askShare(generation: number): Promise<number | null> {
     const shared = this.#options.shared!;
-    const weightSum = Math.min(1000, Math.max(1, Math.round(this.#weightSum())));
+    const weightSum = Math.min(MAX_WEIGHT_SUM, Math.max(1, Math.round(this.#weightSum())));
     const r = await this.#client.query<{ share: string | null }>(
       'SELECT arkvory_lease_share($1, $2, $3, $4, $5, $6)::text AS share',
       [shared.slot, this.owner, generation, RESERVATION_MS, weightSum, this.#share],
