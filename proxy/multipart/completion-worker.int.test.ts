@@ -453,3 +453,24 @@ it('works with a pool of one connection (the claim lock is held elsewhere)', asy
     await pool.end();
   }
 });
+
+it('a job past a thousand attempts (a store failure waited out for days) waits its capped time, and other jobs still run', async () => {
+  const parts = partStore();
+  const sessions = sessionsOf(parts);
+  // Its session lives long enough (up to 30 days): at the capped wait of 5 minutes, ~3.5 days of attempts.
+  const waiting = await queuedJob(sessions, 'waits-for-days');
+  await db.pool.query(
+    `UPDATE arkvory_upload_jobs SET attempts = 1100, error = 'storage_full: …', updated_at = now() WHERE session_id = $1`,
+    [waiting],
+  );
+  const other = await queuedJob(sessions, 'behind-a-long-wait');
+  const w = workerOf(emptyStagingStore(parts), sessions);
+  await w.start();
+  try {
+    // Before, the wait's SQL overflowed (2^1099) and every claim failed: no job of anyone ran.
+    await untilSession(other, 'done', 3000);
+  } finally {
+    await w.stop(100);
+  }
+  expect(await jobOf(waiting)).toMatchObject({ state: 'completing', attempts: 1100 });
+});
