@@ -88,6 +88,9 @@ export async function assembleOnServer(
           etags[n] = got;
         }
       })();
+      // Awaited at the next part or after the last: a copy failing meanwhile, while the next part is
+      // read, would otherwise be an unhandled rejection, which ends the process (the writer too).
+      previous.catch(() => {});
     }
     await previous;
     if (notImplemented) {

@@ -624,6 +624,44 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
     expect(await openUploads()).toEqual([]);
   });
 
+  it('a part copy that fails while the next part is read fails the assembly, and never goes unhandled (which ends the process)', async () => {
+    const store = await writer();
+    const session = '00000000-0000-4000-8000-0000000000a4';
+    const listed = await writeParts(store, session, [
+      ...Array.from({ length: 6 }, () => randomBytes(5 * MiB)),
+      randomBytes(MiB),
+    ]);
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      // The assembly's multipart upload ends under it (another process aborting it): a copy into it
+      // fails while the assembly reads the part after the one it copies.
+      const assembled = store.assembleParts!(session, listed, { maxBytes: 1e9 });
+      let outcome: 'pending' | 'settled' = 'pending';
+      assembled.then(
+        () => (outcome = 'settled'),
+        () => (outcome = 'settled'),
+      );
+      let aborted = 0;
+      while (outcome === 'pending' && aborted === 0) {
+        for await (const u of server.client().listMultipartUploads('')) {
+          await abortMultipart(server.client(), u.key, u.uploadId);
+          aborted++;
+        }
+      }
+      expect(aborted).toBe(1);
+      await expect(assembled).rejects.toBeInstanceOf(Error);
+      // A turn of the event loop for a rejection left without a handler to be reported.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+    expect(unhandled).toEqual([]);
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await openUploads()).toEqual([]);
+  });
+
   it('UploadPartCopy honours x-amz-copy-source-if-match (a part replaced between its read and its copy is refused)', async () => {
     const store = await writer();
     const client = server.client();
