@@ -104,3 +104,67 @@ describe('Coordinator: the share answers it accepts', () => {
     await coordinator.close();
   });
 });
+
+describe('Coordinator: a start answered after its permit lapsed', () => {
+  /**
+   * A reader's start on a database that takes `acquireMs` to answer the slot's acquire and `shareMs`
+   * to answer its first share (the manual clock moves on meanwhile).
+   */
+  function openAnsweringLate(acquireMs: number, shareMs: number) {
+    const logged: Array<{ level: number; msg: string }> = [];
+    const clock = new ManualClock();
+    const timers = new ManualTimers(clock);
+    vi.spyOn(pg.Client.prototype, 'connect').mockImplementation(async () => {});
+    vi.spyOn(pg.Client.prototype, 'end').mockImplementation(async () => {});
+    vi.spyOn(pg.Client.prototype, 'query').mockImplementation((async (sql: string) => {
+      if (sql.startsWith('SET ')) return { rows: [] };
+      if (sql.includes('pg_try_advisory_lock')) return { rows: [{ ok: true }] };
+      if (sql.includes('FROM arkvory_download_policy'))
+        return { rows: [{ slots: policy.slots, rate: String(RATE), per: '0' }] };
+      if (sql.includes('arkvory_lease_acquire')) {
+        clock.advance(acquireMs);
+        return { rows: [{ generation: '1' }] };
+      }
+      if (sql.includes('arkvory_lease_share')) {
+        clock.advance(shareMs);
+        return { rows: [{ share: '1000000' }] };
+      }
+      throw new Error(`unexpected query: ${sql}`);
+    }) as never);
+    const log = pino(
+      { level: 'info' },
+      { write: (line: string) => void logged.push(JSON.parse(line) as { level: number; msg: string }) },
+    );
+    const opened = Coordinator.open({
+      databaseUrl: 'postgres://unused@localhost/unused',
+      role: 'reader',
+      shared: { slot: 1, policy },
+      clock,
+      timers,
+      log,
+    });
+    return { opened, logged };
+  }
+
+  it('fails the start when the first share comes after the permit lapsed, rather than run fenced from its first moment', async () => {
+    // Acquired at once; the first share answered 8 s after the acquire began: the permit has lapsed.
+    const { opened, logged } = openAnsweringLate(0, 8_000);
+    await expect(opened).rejects.toThrow(/slot 1 .*after its 8 s permit had lapsed/);
+    // Refused as a start (a supervisor starts it again), never logged as a fence of a serving gateway.
+    expect(logged.map((l) => l.msg)).not.toContainEqual(expect.stringMatching(/^fenced/));
+  });
+
+  it('fails the start when the acquire itself is answered after the permit lapsed', async () => {
+    const { opened, logged } = openAnsweringLate(8_000, 0);
+    await expect(opened).rejects.toThrow(/slot 1 .*after its 8 s permit had lapsed/);
+    expect(logged.map((l) => l.msg)).not.toContainEqual(expect.stringMatching(/^fenced/));
+  });
+
+  it('starts when the first share comes within the permit', async () => {
+    const { opened } = openAnsweringLate(3_000, 4_999);
+    const coordinator = await opened;
+    expect(coordinator.isPermitted()).toBe(true);
+    expect(coordinator.shareBytesPerSec).toBe(1_000_000);
+    await coordinator.close();
+  });
+});

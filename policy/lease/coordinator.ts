@@ -25,6 +25,7 @@ import {
   isPermitValid,
   nextRenewalAt,
   observe,
+  PERMIT_MS,
   renewalRejected,
   RESERVATION_MS,
   type Instant,
@@ -62,6 +63,10 @@ const ACQUIRE_TIMEOUT_MS = 15_000;
 const MAX_WEIGHT_SUM = 1_000_000;
 
 export class SlotBusy extends PolicyRefusal {}
+
+function lateStart(slot: number): string {
+  return `PostgreSQL answered the lease of slot ${slot} after its ${PERMIT_MS / 1000} s permit had lapsed; check the database and its link, then start again`;
+}
 
 /** The database left a step of the start unanswered past the acquire bound. */
 export class StartUnanswered extends PolicyRefusal {}
@@ -334,10 +339,15 @@ export class Coordinator implements LeaseStanding {
       const requestStartedAt = this.#now();
       const got = await answered(this.#tryAcquire(slot));
       if (got) {
-        this.#apply(acquired(got.generation, requestStartedAt, this.#now()));
+        // A start answered past its permit fails (a supervisor may start it again) rather than
+        // return a gateway fenced from its first moment, which runs on refusing every request.
+        const permit = acquired(got.generation, requestStartedAt, this.#now());
+        if (permit.kind !== 'held') throw new StartUnanswered(lateStart(slot));
+        this.#permit = permit;
         // The first share before any byte: a new lease holds none until it asks.
         const share = await answered(this.#askShare(got.generation));
         if (share === null) throw new SlotBusy(`slot ${slot} was taken over while this process started`);
+        if (!isPermitValid(permit, this.#now())) throw new StartUnanswered(lateStart(slot));
         this.#applyShare(share);
         this.#schedule();
         return;
