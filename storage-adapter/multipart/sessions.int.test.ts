@@ -200,3 +200,36 @@ it('a part whose quota reservation left out the part it replaces is refused if t
   expect(await send(700, 100)).toMatchObject({ sizeBytes: 700 });
   expect(await sessions.partSize({ ...scope, principalId: '00000000-0000-4000-8000-000000000000' }, s.id, 1)).toBe(0);
 });
+
+it('a part that replaces another is recorded and answered even when the old file cannot be removed', async () => {
+  const fs = (await openFsStore({ root, role: 'writer', pool: db.pool })).parts;
+  // A store hiccup (the static-HTTP or S3 store unreachable for a moment) as the old file is removed.
+  let failures = 0;
+  const parts: PartStore = {
+    ...fs,
+    async remove(sessionId, fileName) {
+      if (failures > 0) {
+        failures--;
+        throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9'), { code: 'ECONNREFUSED' });
+      }
+      return fs.remove(sessionId, fileName);
+    },
+  };
+  const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
+  const s = await sessions.create(
+    { repository: 'ss', kind: 'artifact', name: 'replaced-removal-fails', version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: null },
+  );
+  const send = (bytes: number) =>
+    sessions.putPart(scope, s.id, 1, Readable.from([Buffer.alloc(bytes, 7)]), { maxBytes: 1e6 });
+  await send(300);
+  failures = 1;
+  // Recorded: a 5xx now would tell the client its part was lost when it is the one kept.
+  expect(await send(500)).toMatchObject({ partNumber: 1, sizeBytes: 500 });
+  expect(failures).toBe(0);
+  expect((await sessions.get(scope, s.id)).parts).toMatchObject([{ partNumber: 1, sizeBytes: 500 }]);
+  // The old file is left beside it, named by no row, until the session's own removal takes both.
+  expect(await readdir(path.join(root, 'uploads', s.id))).toHaveLength(2);
+  await sessions.abort(scope, s.id);
+  await expect(readdir(path.join(root, 'uploads', s.id))).rejects.toMatchObject({ code: 'ENOENT' });
+});

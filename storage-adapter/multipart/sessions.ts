@@ -350,7 +350,9 @@ export class UploadSessions {
       throw err;
     }
     const replaced = previous.rows[0]?.file_name;
-    if (replaced && replaced !== fileName) await this.#parts.remove(id, replaced);
+    // The new part is recorded: it stands whatever the store does with the old file, which no row
+    // names any more and which the session's own removal (its end, or the sweep) takes with it.
+    if (replaced && replaced !== fileName) await this.#parts.remove(id, replaced).catch(() => {});
     return { partNumber, sizeBytes: size, sha256 };
   }
 
