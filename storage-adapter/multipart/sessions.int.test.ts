@@ -233,3 +233,49 @@ it('a part that replaces another is recorded and answered even when the old file
   await sessions.abort(scope, s.id);
   await expect(readdir(path.join(root, 'uploads', s.id))).rejects.toMatchObject({ code: 'ENOENT' });
 });
+
+it('a part whose COMMIT went through but whose answer was lost keeps its file: the row names it', async () => {
+  const { parts } = await openFsStore({ root, role: 'writer', pool: db.pool });
+  // The connection lost as PostgreSQL answered the COMMIT: committed, yet the caller sees an error.
+  let loseCommitAnswer = false;
+  const pool = new Proxy(db.pool, {
+    get(target, name, receiver) {
+      if (name !== 'connect') return Reflect.get(target, name, receiver);
+      // pool.query connects with a callback: left alone (only transactions check clients out).
+      return async (...callback: unknown[]) => {
+        if (callback.length > 0) return (target.connect as (...a: unknown[]) => unknown).apply(target, callback);
+        const client = await target.connect();
+        return new Proxy(client, {
+          get(c, key, r) {
+            if (key !== 'query') return Reflect.get(c, key, r);
+            return async (...args: Parameters<typeof client.query>) => {
+              const result = await (c.query as (...a: unknown[]) => Promise<unknown>).apply(c, args);
+              if (loseCommitAnswer && args[0] === 'COMMIT') {
+                loseCommitAnswer = false;
+                throw Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' });
+              }
+              return result;
+            };
+          },
+        });
+      };
+    },
+  });
+  const sessions = new UploadSessions({ pool, parts, ttlSeconds: 3600, limits });
+  const s = await sessions.create(
+    { repository: 'ss', kind: 'artifact', name: 'lost-commit-answer', version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: null },
+  );
+  loseCommitAnswer = true;
+  await expect(
+    sessions.putPart(scope, s.id, 1, Readable.from([Buffer.alloc(400, 3)]), { maxBytes: 1e6 }),
+  ).rejects.toThrow('Connection terminated unexpectedly');
+  expect(loseCommitAnswer).toBe(false);
+  // Recorded after all: a completion lists it, so its file must be there to be read.
+  expect((await sessions.get(scope, s.id)).parts).toMatchObject([{ partNumber: 1, sizeBytes: 400 }]);
+  const named = await db.pool.query<{ file_name: string }>(
+    'SELECT file_name FROM arkvory_upload_parts WHERE session_id = $1',
+    [s.id],
+  );
+  expect(await parts.has(s.id, named.rows[0]!.file_name)).toBe(true);
+});

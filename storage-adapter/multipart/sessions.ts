@@ -345,8 +345,9 @@ export class UploadSessions {
     try {
       previous = await record();
     } catch (err) {
-      // Refused (or not recorded): the part written for it is nobody's.
-      await this.#dropRefused(id, fileName);
+      // Refused (or not recorded): the part written for it is nobody's. Unless the error came after
+      // the COMMIT went through (the connection lost as it answered): then a row names the file.
+      if (!(await this.#recordedAnyway(id, fileName))) await this.#dropRefused(id, fileName);
       throw err;
     }
     const replaced = previous.rows[0]?.file_name;
@@ -354,6 +355,23 @@ export class UploadSessions {
     // names any more and which the session's own removal (its end, or the sweep) takes with it.
     if (replaced && replaced !== fileName) await this.#parts.remove(id, replaced).catch(() => {});
     return { partNumber, sizeBytes: size, sha256 };
+  }
+
+  /**
+   * Whether a row names `fileName` after its recording failed: a COMMIT whose answer was lost may have
+   * gone through. When that cannot be told (the database still unreachable), true: a file left over
+   * goes with its session, a file removed under its row would fail the upload's completion.
+   */
+  async #recordedAnyway(id: string, fileName: string): Promise<boolean> {
+    try {
+      const r = await this.#pool.query('SELECT 1 FROM arkvory_upload_parts WHERE session_id = $1 AND file_name = $2', [
+        id,
+        fileName,
+      ]);
+      return r.rowCount !== 0;
+    } catch {
+      return true;
+    }
   }
 
   /**
