@@ -3,7 +3,8 @@
  * PostgreSQL: the audit table is locked by this test (the insert waits, as on a database that takes
  * the statement and never answers). The action's answer ends all the same after AUDIT_TIMEOUT_MS,
  * with its whole entry in one `error` line; the insert, abandoned before its COMMIT, never lands
- * once the lock goes; the next action is recorded as usual.
+ * once the lock goes; the next action is recorded as usual. An insert PostgreSQL refuses is logged
+ * the same way. Either is counted in arkvory_audit_entries_not_recorded_total by its reason.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitUntil } from '../../test/harness/index.ts';
@@ -30,6 +31,15 @@ const createRepository = (name: string) =>
     headers: { ...bearer(admin.key), 'content-type': 'application/json' },
     body: JSON.stringify({ name }),
   });
+/** arkvory_audit_entries_not_recorded_total by reason, as the writer's /metrics says it. */
+const notRecorded = async () => {
+  const text = await (await fetch(`${gw.url}/metrics`)).text();
+  const count = (reason: string) =>
+    Number(
+      new RegExp(`^arkvory_audit_entries_not_recorded_total\\{reason="${reason}"\\} (\\d+)$`, 'm').exec(text)?.[1],
+    );
+  return { failed: count('failed'), timeout: count('timeout') };
+};
 const auditRows = async (name: string) =>
   Number(
     (await db.pool.query(`SELECT count(*) AS n FROM arkvory_audit_events WHERE details::text LIKE $1`, [`%${name}%`]))
@@ -59,6 +69,7 @@ describe('an audit row the database does not take in time', () => {
       audit: { action: 'repository.create', details: { repository: 'held-long' } },
     });
     expect(lines[0]!.unconfirmed).toBeUndefined();
+    expect(await notRecorded()).toEqual({ failed: 0, timeout: 1 });
 
     // The abandoned insert's session goes on once the lock is gone and finds its client gone.
     await waitUntil(
@@ -78,4 +89,22 @@ describe('an audit row the database does not take in time', () => {
     expect((await createRepository('next-one')).status).toBe(201);
     expect(await auditRows('next-one')).toBe(1);
   }, 60_000);
+
+  it('an insert the database refuses: logged and counted as failed, the action stands', async () => {
+    // A check only new rows must pass: this one refuses every repository.create row.
+    await db.pool.query(
+      `ALTER TABLE arkvory_audit_events ADD CONSTRAINT refuse_test CHECK (action <> 'repository.create') NOT VALID`,
+    );
+    let answer: Response;
+    try {
+      answer = await createRepository('refused-row');
+    } finally {
+      await db.pool.query('ALTER TABLE arkvory_audit_events DROP CONSTRAINT refuse_test');
+    }
+    expect(answer.status).toBe(201);
+    const lines = gw.logLines().filter((l) => l.msg === 'audit entry not recorded');
+    expect(lines.at(-1)).toMatchObject({ level: 'error', audit: { details: { repository: 'refused-row' } } });
+    expect(await auditRows('refused-row')).toBe(0);
+    expect(await notRecorded()).toEqual({ failed: 1, timeout: 1 });
+  });
 });

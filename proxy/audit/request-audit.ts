@@ -7,11 +7,13 @@
  * at error with the whole entry, so the log keeps what the table missed. The insert is its own
  * transaction within AUDIT_TIMEOUT_MS: a database that does not answer holds neither the answer nor
  * a pooled connection longer, and an insert abandoned before its COMMIT can never land afterwards.
+ * Each entry not recorded is counted too (`AuditFailures`, arkvory_audit_entries_not_recorded_total):
+ * an operator alerts on the count, not on reading every error line.
  */
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Timers } from '../../policy/timers.ts';
-import { onConnectionWithin } from '../server/connection-deadline.ts';
+import { ConnectionDeadline, onConnectionWithin } from '../server/connection-deadline.ts';
 import { clientIp } from '../gates/request-identity.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import type { AuditSink, RequestContext } from '../server/route-types.ts';
@@ -21,12 +23,20 @@ import { recordAudit } from './audit-log.ts';
 /** Longest wait for an audit row before the answer ends without it. */
 export const AUDIT_TIMEOUT_MS = 5000;
 
+/** Entries not recorded since the start: the insert failed, or the database did not answer in time. */
+export interface AuditFailures {
+  failed: number;
+  timeout: number;
+}
+
 export function createRequestAudit(deps: {
   pool: pg.Pool;
   log: Logger;
   trusted: TrustedProxies;
   timeoutMs?: number;
   timers?: Timers;
+  /** Counted into when an entry is not recorded (the metrics read it). */
+  failures?: AuditFailures;
 }): AuditSink {
   const timeoutMs = deps.timeoutMs ?? AUDIT_TIMEOUT_MS;
   return async (ctx: RequestContext, action: AuditAction) => {
@@ -57,6 +67,7 @@ export function createRequestAudit(deps: {
         deps.timers ? { timers: deps.timers } : {},
       );
     } catch (err) {
+      if (deps.failures) deps.failures[err instanceof ConnectionDeadline ? 'timeout' : 'failed']++;
       deps.log.error(
         { err, audit: entry ?? { action, route: ctx.route }, ...(commitSent ? { unconfirmed: true } : {}) },
         'audit entry not recorded',

@@ -419,6 +419,12 @@ export const GATEWAY_METRICS = [
     help: 'Usage statistics flushes that failed (reason failed: the database refused or the connection broke) or were abandoned after 15 s (timeout); what they held is kept for the next.',
   },
   {
+    name: 'arkvory_audit_entries_not_recorded_total',
+    type: 'counter',
+    labels: ['reason'],
+    help: "Audited actions (a writer's admin and publish routes) that stand without their audit row: its insert failed (reason failed: the database refused or the connection broke) or was given up after 5 s (timeout). Each one's whole entry is in an `error` line `audit entry not recorded` (docs/observability.md).",
+  },
+  {
     name: 'arkvory_database_login_privileged',
     type: 'gauge',
     labels: ['reason'],

@@ -9,7 +9,7 @@ import { buildApp } from './app.ts';
 import type { Config } from '../config/config.ts';
 import { createPool, openDatabase, waitForDatabaseAtStartup, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
-import { createRequestAudit } from '../audit/request-audit.ts';
+import { type AuditFailures, createRequestAudit } from '../audit/request-audit.ts';
 import { startUsageRecorder } from '../stats/usage-recorder.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
 import { logStartupFailure } from './startup-failure.ts';
@@ -27,6 +27,7 @@ import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
 import { registerTlsMetrics } from '../metrics/tls-metrics.ts';
 import { registerTracingMetrics } from '../metrics/tracing-metrics.ts';
 import { registerUsageMetrics } from '../metrics/usage-metrics.ts';
+import { registerAuditMetrics } from '../metrics/audit-metrics.ts';
 import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
 import { metricsRoute, spacedRenders, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
@@ -264,6 +265,9 @@ async function runGateway(
         : undefined;
     if (usage) built.onClose.unshift(() => usage.stop());
     registerUsageMetrics(metrics.registry, usage?.status);
+    // Only the writer records audit entries; elsewhere the family stays at zero.
+    const auditFailures: AuditFailures | undefined = config.role === 'api' ? { failed: 0, timeout: 0 } : undefined;
+    registerAuditMetrics(metrics.registry, auditFailures);
     server = createGatewayServer({
       ...(usage ? { onUsage: (ctx, o) => usage.observe(ctx, o) } : {}),
       routes: app.routes,
@@ -277,6 +281,7 @@ async function runGateway(
               pool: database.pool,
               log: log.child({ component: 'audit' }),
               trusted: createTrustedProxies(config.trustedProxies),
+              ...(auditFailures ? { failures: auditFailures } : {}),
             }),
           }
         : {}),
