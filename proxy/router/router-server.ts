@@ -20,6 +20,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { stateOf } from '../server/front-door/connection-state.ts';
 import type { Logger } from 'pino';
 import { knownMethod } from '../../lib/http-method.ts';
+import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
 import { recordedStatus } from '../server/recorded-status.ts';
 import type { BackendPool } from './backend-pool.ts';
@@ -87,6 +88,10 @@ export function createRouterServer(options: {
   const server = createListener({ http: serverOptions(limits), tls: options.tls, log });
   // The per-request line is at info: below that level its fields are not even gathered.
   const logRequests = log.isLevelEnabled('info');
+  // Request lines of 4xx answers, by status: anyone can have the gateways refuse requests as fast as
+  // they like (no key, a bad one), and the router cannot tell a principal's from a stranger's. Past
+  // the budget they go to debug; the gateway that answered keeps a principal's line in full.
+  const faultLines = new LogBudget(CLIENT_FAULT_LOG);
   // `100 Continue` is relayed from the gateway that made the checks (proxy-handler.ts), never sent here.
   const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
     if (!frontDoor.admit(req, res)) return;
@@ -116,7 +121,10 @@ export function createRouterServer(options: {
     const started = logRequests ? performance.now() : 0;
     if (logRequests)
       res.once('close', () => {
-        log.info(
+        const status = recordedStatus(res);
+        const turn = status >= 400 && status < 500 ? faultLines.take(String(status), performance.now()) : undefined;
+        if (turn && !turn.write && !log.isLevelEnabled('debug')) return;
+        log[turn && !turn.write ? 'debug' : 'info'](
           {
             reqId,
             clientReqId,
@@ -126,9 +134,10 @@ export function createRouterServer(options: {
             kind: outcome.kind,
             backend: outcome.backend,
             attempts: outcome.attempts,
-            status: recordedStatus(res),
+            status,
             ms: Math.round((performance.now() - started) * 10) / 10,
             completed: res.writableFinished,
+            ...(turn?.write && turn.suppressed > 0 ? { suppressed: turn.suppressed } : {}),
           },
           'request',
         );

@@ -13,6 +13,7 @@ import { parseMultipart, randomContent, request, sha256 } from '../../test/suppo
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { APT_TEMPLATE } from '../content/paths.ts';
+import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
@@ -398,6 +399,38 @@ describe('router: one writer, two readers', () => {
     for (const name of ['ratelimit-policy', 'content-type'])
       expect(limited.headers[name], name).toBe(limitedDirect.headers[name]);
     expect(JSON.parse(limited.body.toString())).toEqual(JSON.parse(limitedDirect.body.toString()));
+  });
+
+  it('a flood of refused requests leaves a bounded number of its request lines, every one answered', async () => {
+    // No key: anyone can have the gateways refuse these as fast as they like.
+    const N = 200;
+    const tag = `refused-${randomBytes(3).toString('hex')}-`;
+    const statuses = new Map<number, number>();
+    let next = 0;
+    const worker = async () => {
+      while (next < N) {
+        const res = await request(`${router.url}/api/v1/repositories/shared/artifacts/nope/content`, {
+          headers: { 'x-request-id': `${tag}${next++}` },
+        });
+        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      }
+    };
+    await Promise.all(Array.from({ length: 16 }, worker));
+    expect([...statuses.keys()].every((status) => status >= 400 && status < 500)).toBe(true);
+    // Every line of the flood is written before the marker's, which is answered after it.
+    const marker = `${tag}marker`;
+    await request(`${router.url}/health/live`, { headers: { 'x-request-id': marker } });
+    await waitFor('the marker line', async () => router.logLines().find((l) => l.clientReqId === marker), 5000);
+    const lines = router.logLines().filter((l) => l.msg === 'request' && String(l.clientReqId).startsWith(tag));
+    const byStatus = Map.groupBy(
+      lines.filter((l) => l.clientReqId !== marker),
+      (l) => Number(l.status),
+    );
+    expect(byStatus.size).toBeGreaterThan(0);
+    for (const [status, ofStatus] of byStatus) {
+      expect(statuses.has(status)).toBe(true);
+      expect(ofStatus.length).toBeLessThanOrEqual(CLIENT_FAULT_LOG.linesPerInterval);
+    }
   });
 
   it('sends a read by the path the gateways route (`..`, `%2e%2e` and `\\` resolved), not by the path as written', async () => {
