@@ -9,12 +9,15 @@ import { systemClock } from '../../policy/clock.ts';
 import { systemTimers } from '../../policy/timers.ts';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { TlsStatus } from '../metrics/tls-metrics.ts';
+import type { AuditFailures } from '../audit/request-audit.ts';
 import type { FrontDoorCounters } from '../server/front-door.ts';
 
 export interface RulesServiceSources {
   frontDoor: { counters(): FrontDoorCounters };
   /** The served certificate; undefined on plain HTTP. */
   tls: TlsStatus | undefined;
+  /** Audit entries of its admin routes not recorded (request-audit.ts). */
+  auditFailures: Readonly<AuditFailures>;
 }
 
 export async function startRulesServiceMetricsServer(
@@ -27,16 +30,19 @@ export async function startRulesServiceMetricsServer(
     { registerFrontDoorMetrics },
     { registerTlsMetrics },
     { startMetricsServer, spacedRenders },
+    { registerAuditMetrics },
   ] = await Promise.all([
     import('prom-client'),
     import('../metrics/front-door-metrics.ts'),
     import('../metrics/tls-metrics.ts'),
     import('../metrics/metrics-endpoint.ts'),
+    import('../metrics/audit-metrics.ts'),
   ]);
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   registerFrontDoorMetrics(registry, sources.frontDoor);
   registerTlsMetrics(registry, sources.tls);
+  registerAuditMetrics(registry, sources.auditFailures);
   const render = async () => ({ contentType: registry.contentType, body: await registry.metrics() });
   return startMetricsServer(spacedRenders({ render }, systemClock, systemTimers), port, log);
 }

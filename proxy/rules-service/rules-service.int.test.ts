@@ -484,6 +484,30 @@ describe('overrides under hostile input (issue 35)', () => {
     await db.pool.query('DELETE FROM arkvory_rule_overrides WHERE subject = $1', [user.principalId]);
   });
 
+  it('counts an override whose audit row the database refused on its metrics port; the override stands', async () => {
+    const metricsPort = await freeLoopbackPort();
+    const service = await startRulesService({ ARKVORY_METRICS_PORT: String(metricsPort) });
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const user = await createServiceAccount(db.pool);
+    const target = { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId };
+    // A check only new rows must pass: this one refuses every rule_override.set row.
+    await db.pool.query(
+      `ALTER TABLE arkvory_audit_events ADD CONSTRAINT refuse_override_rows CHECK (action <> 'rule_override.set') NOT VALID`,
+    );
+    let put: Response;
+    try {
+      put = await putOverride(service, admin.key, target, [capRule('unaudited', 5)]);
+    } finally {
+      await db.pool.query('ALTER TABLE arkvory_audit_events DROP CONSTRAINT refuse_override_rows');
+    }
+    expect(put.status).toBe(200);
+    expect(logLines(service).filter((l) => l.msg === 'audit entry not recorded')).toHaveLength(1);
+    const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    expect(text).toMatch(/^arkvory_audit_entries_not_recorded_total\{reason="failed"\} 1$/m);
+    expect(text).toMatch(/^arkvory_audit_entries_not_recorded_total\{reason="timeout"\} 0$/m);
+    await db.pool.query('DELETE FROM arkvory_rule_overrides WHERE subject = $1', [user.principalId]);
+  });
+
   it('lists overrides a bounded page at a time (route and CLI): the walk gives each once; a bad limit or forged cursor is 400', async () => {
     const service = await startRulesService();
     const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });

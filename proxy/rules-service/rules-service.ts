@@ -18,7 +18,7 @@ import { checkDatabasePrivileges, databaseLoginVerifier } from '../server/privil
 import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
 import { QueryTokens } from './query-tokens.ts';
 import { createGatewayServer } from '../server/http-server.ts';
-import { createRequestAudit } from '../audit/request-audit.ts';
+import { type AuditFailures, createRequestAudit } from '../audit/request-audit.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { logStartupFailure } from '../server/startup-failure.ts';
@@ -107,6 +107,7 @@ export async function runRulesService(
         lifecycle,
         bypassPublishers: config.rateLimitBypassPublishers,
       });
+      const auditFailures: AuditFailures = { failed: 0, timeout: 0 };
       server = createGatewayServer({
         routes,
         gates: [createAuthGate(auth, lifecycle, undefined, undefined, transportPolicy(config, systemClock))],
@@ -117,12 +118,13 @@ export async function runRulesService(
           pool,
           log: log.child({ component: 'audit' }),
           trusted: createTrustedProxies(config.trustedProxies),
+          failures: auditFailures,
         }),
       });
       if (config.metrics.port !== undefined)
         metricsServer = await startRulesServiceMetricsServer(
           config.metrics.port,
-          { frontDoor: server.frontDoor, tls },
+          { frontDoor: server.frontDoor, tls, auditFailures },
           log.child({ component: 'metrics' }),
         );
       const address = await server.listen(config.port, config.host);
