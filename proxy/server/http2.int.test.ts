@@ -25,9 +25,11 @@ import {
   type CertificateAuthority,
   createCertificateAuthority,
   issueServerCertificate,
+  waitUntil,
 } from '../../test/harness/index.ts';
 import { FRAME, frame, PREFACE } from '../../test/support/http2-frames.ts';
 import { RESET_BUDGET } from './front-door/http2.ts';
+import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 
 const run = promisify(execFile);
 const KiB = 1024;
@@ -623,6 +625,31 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     raw!.close();
     expectBounded(r);
     expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="settings_flood"}')).toBe(before + 1);
+  });
+
+  it('PING floods on many sessions: each ended and counted, their log lines bounded', async () => {
+    const SESSIONS = CLIENT_FAULT_LOG.linesPerInterval + 3;
+    const before = await metric(gw, 'arkvory_http2_goaway_sent_total{reason="ping_flood"}');
+    const linesBefore = gw.logLines().length;
+    const goaways = await Promise.all(
+      Array.from({ length: SESSIONS }, async () => {
+        const raw = await RawH2.open(gw.port);
+        await paced(raw, frame(FRAME.PING, 0, 0, Buffer.alloc(8)), 20_000);
+        raw.close();
+        return raw.goaway;
+      }),
+    );
+    expect(goaways).toEqual(Array.from({ length: SESSIONS }, () => ENHANCE_YOUR_CALM));
+    expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="ping_flood"}')).toBe(before + SESSIONS);
+    const flooded = () =>
+      gw
+        .logLines()
+        .slice(linesBefore)
+        .filter((l) => l.code === 'http2_flood');
+    // Each line is written before its GOAWAY; the pipe that carries it here may lag the socket.
+    await waitUntil(() => flooded().length > 0, { what: 'a flood line' });
+    const lines = flooded();
+    expect(lines.length).toBeLessThanOrEqual(CLIENT_FAULT_LOG.linesPerInterval);
   });
 
   it('an unpaced PING flood (acks never read in time) is cut by nghttp2 itself', async () => {

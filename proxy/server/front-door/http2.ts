@@ -35,6 +35,7 @@
 import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
+import { CLIENT_FAULT_LOG, LogBudget } from '../../../lib/log-budget.ts';
 import { BODY_TIMEOUT } from '../errors.ts';
 import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
@@ -163,6 +164,8 @@ export class Http2Front {
   readonly #log: Logger;
   readonly #timeoutCounts: { body: number; send: number };
   readonly #watch: SessionWatchDeps;
+  /** A flood's lines, per kind: anyone can open sessions and flood them as fast as they can connect. */
+  readonly #floodLines = new LogBudget(CLIENT_FAULT_LOG);
 
   constructor(
     server: Http2Server,
@@ -275,7 +278,11 @@ export class Http2Front {
   #flood(session: Http2Session, kind: FloodKind): void {
     if (session.destroyed) return;
     this.#counts.goaways[FLOOD_REASON[kind]]++;
-    this.#log.info({ code: 'http2_flood', kind }, 'HTTP/2 client over its frame budget; session ended');
+    const turn = this.#floodLines.take(kind, this.#watch.clock.monotonicMs());
+    const fields = { code: 'http2_flood', kind };
+    const message = 'HTTP/2 client over its frame budget; session ended';
+    if (turn.write) this.#log.info(turn.suppressed > 0 ? { ...fields, suppressed: turn.suppressed } : fields, message);
+    else if (this.#log.isLevelEnabled('debug')) this.#log.debug(fields, message);
     // GOAWAY first (a destroy would say NO_ERROR), then the connection is cut once it went out.
     session.goaway(NGHTTP2_ENHANCE_YOUR_CALM);
     const cut = setTimeout(() => session.destroy(), GOAWAY_LINGER_MS);
