@@ -21,6 +21,7 @@ import {
 import { answerHealthProbe } from '../../test/support/health-probe.ts';
 import { OWN_FAILURE_LOG } from './proxy-handler.ts';
 import { defaultMaxInFlight } from './router-server.ts';
+import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 
 /** Requests the gateway is answering now, the most at once, and how long each answer waits. */
 const gatewayLoad = { inFlight: 0, peak: 0, delayMs: 2 };
@@ -256,6 +257,12 @@ describe('router: requests proxied at once are bounded with its descriptors', ()
     expect(await metric(/^arkvory_router_overloaded_total\{reason="in_flight"\} (\d+)$/m)).toBe(extra);
     expect(await metric(/^arkvory_router_requests_in_flight (\d+)$/m)).toBe(0);
     expect(problemLines(router.logLines())).toEqual([]);
+    // A flood's refusals are not a line each: their request lines are bounded as client faults' are.
+    await waitUntil(() => router.logLines().some((l) => l.msg === 'request' && l.status === 503), {
+      what: 'a refused request line',
+    });
+    const refusedLines = router.logLines().filter((l) => l.msg === 'request' && l.status === 503);
+    expect(refusedLines.length).toBeLessThanOrEqual(CLIENT_FAULT_LOG.linesPerInterval);
   }, 60_000);
 });
 

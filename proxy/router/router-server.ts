@@ -88,7 +88,7 @@ export function createRouterServer(options: {
   const server = createListener({ http: serverOptions(limits), tls: options.tls, log });
   // The per-request line is at info: below that level its fields are not even gathered.
   const logRequests = log.isLevelEnabled('info');
-  // Request lines of 4xx answers, by status: anyone can have the gateways refuse requests as fast as
+  // Request lines of 4xx answers, by status, and of 503s over maxInFlight: anyone can have the gateways refuse requests as fast as
   // they like (no key, a bad one), and the router cannot tell a principal's from a stranger's. Past
   // the budget they go to debug; the gateway that answered keeps a principal's line in full.
   const faultLines = new LogBudget(CLIENT_FAULT_LOG);
@@ -117,12 +117,15 @@ export function createRouterServer(options: {
     const path = query === -1 ? url : url.slice(0, query);
     let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
     let traceId: string | undefined;
+    /** Refused over maxInFlight: a flood's doing, its line bounded as a 4xx's is. */
+    let overloaded = false;
     // Below info the request line is not written: no listener, no clock reading.
     const started = logRequests ? performance.now() : 0;
     if (logRequests)
       res.once('close', () => {
         const status = recordedStatus(res);
-        const turn = status >= 400 && status < 500 ? faultLines.take(String(status), performance.now()) : undefined;
+        const budgeted = overloaded ? 'in_flight' : status >= 400 && status < 500 ? String(status) : undefined;
+        const turn = budgeted === undefined ? undefined : faultLines.take(budgeted, performance.now());
         if (turn && !turn.write && !log.isLevelEnabled('debug')) return;
         log[turn && !turn.write ? 'debug' : 'info'](
           {
@@ -168,10 +171,11 @@ export function createRouterServer(options: {
       return;
     }
     // Each request proxied holds an upstream connection, an HTTP/2 connection up to 100 of them:
-    // bounded with the descriptors (defaultMaxInFlight), past it a 503 counted, not logged (the
-    // request line says it).
+    // bounded with the descriptors (defaultMaxInFlight), past it a 503 counted, not logged but for
+    // the request line, itself within the budget of fault lines.
     if (stats.inFlight >= maxInFlight) {
       stats.overloaded.in_flight++;
+      overloaded = true;
       res.setHeader('x-request-id', answerId);
       return sendError(res, ROUTER_BUSY);
     }
