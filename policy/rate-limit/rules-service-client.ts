@@ -1,14 +1,19 @@
 /**
  * The HTTP transport to a rules service (undici): `POST <url>/api/v1/rules/query` with the query as
  * JSON, on one keep-alive pool. A 200 with a JSON body resolves; anything else rejects with a
- * `RulesServiceError` (`error`, or `invalid` for a body that is not JSON). The caller's timeout
- * (remote-rules.ts) bounds the wait; `headersTimeout`/`bodyTimeout` here stop a stuck socket.
+ * `RulesServiceError` (`error`, or `invalid` for a body that is not JSON or is longer than
+ * `RULES_ANSWER_MAX_BYTES`). The caller's timeout (remote-rules.ts) bounds the wait;
+ * `headersTimeout`/`bodyTimeout` here stop a stuck socket. The byte bound stops a service that sends
+ * a huge answer fast: without it the whole body was buffered and parsed, in every gateway process,
+ * once per concurrent miss.
  * undici is loaded with the first query: a gateway without a rules service never loads it.
  */
 import type { Pool } from 'undici';
 import { RulesServiceError, type RulesTransport } from './remote-rules.ts';
 
 export const RULES_QUERY_PATH = '/api/v1/rules/query';
+/** Longest answer read: far above any real one (rules-answer.ts bounds its rules), far below harm. */
+export const RULES_ANSWER_MAX_BYTES = 1024 * 1024;
 
 export interface RulesServiceClient {
   readonly transport: RulesTransport;
@@ -63,12 +68,27 @@ export function createRulesServiceClient(options: {
         await res.body.dump().catch(() => {});
         throw new RulesServiceError('error', `rules service answered ${res.statusCode}`);
       }
-      let text: string;
+      const declared = Number(res.headers['content-length']);
+      if (declared > RULES_ANSWER_MAX_BYTES) {
+        res.body.destroy();
+        throw tooLong();
+      }
+      const chunks: Buffer[] = [];
+      let bytes = 0;
       try {
-        text = await res.body.text();
+        for await (const chunk of res.body as AsyncIterable<Buffer>) {
+          bytes += chunk.length;
+          if (bytes > RULES_ANSWER_MAX_BYTES) {
+            res.body.destroy();
+            throw tooLong();
+          }
+          chunks.push(chunk);
+        }
       } catch (err) {
+        if (err instanceof RulesServiceError) throw err;
         throw new RulesServiceError('error', 'rules service answer cut short', { cause: err });
       }
+      const text = Buffer.concat(chunks, bytes).toString('utf8');
       try {
         return JSON.parse(text) as unknown;
       } catch (err) {
@@ -80,3 +100,6 @@ export function createRulesServiceClient(options: {
     },
   };
 }
+
+const tooLong = () =>
+  new RulesServiceError('invalid', `rules service answer is longer than ${RULES_ANSWER_MAX_BYTES} bytes`);

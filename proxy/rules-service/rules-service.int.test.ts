@@ -385,6 +385,40 @@ describe('external rules service (Phase 3) with real processes', () => {
     }
   });
 
+  it('refuses an answer longer than 1 MiB without reading it all; the local rules apply', async () => {
+    const service = await startRulesService();
+    const user = await createServiceAccount(db.pool);
+    // One valid rule whose description alone makes the answer 1.5 MiB (the schema bounds neither).
+    const huge = { ...capRule('contract_cap', 1), description: 'x'.repeat(1536 * 1024) };
+    await db.pool.query(
+      `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ('alpha', 'gateway_request', 'principal', $1, $2::jsonb)`,
+      [user.principalId, JSON.stringify([huge])],
+    );
+    try {
+      const gw = await startGateway({ env: gatewayEnv(service) });
+      for (let i = 0; i < 2; i++) {
+        const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
+        expect(res.status).toBe(200);
+        expect(res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+      }
+      expect(await rulesServiceCount(gw.url, 'invalid')).toBeGreaterThanOrEqual(1);
+      const warning = await vi.waitFor(
+        () => {
+          const line = gw
+            .logLines()
+            .find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
+          if (!line) throw new Error('no "rules service answer unusable" log line yet');
+          return line;
+        },
+        { timeout: 5_000, interval: 50 },
+      );
+      expect(warning).toMatchObject({ result: 'invalid', code: 'rules_service_invalid' });
+      expect(JSON.stringify(warning.err)).toMatch(/longer than 1048576 bytes/);
+    } finally {
+      await db.pool.query(`DELETE FROM arkvory_rule_overrides WHERE subject = $1`, [user.principalId]);
+    }
+  });
+
   it('fails open within the timeout when the service hangs or dies, counts it, then skips it while the circuit is open', async () => {
     const service = await startRulesService();
     const user = await createServiceAccount(db.pool);
