@@ -12,7 +12,7 @@ import { createCircuitBreaker } from './circuit-breaker.ts';
 import type { Identifier } from './match.ts';
 import { createRulesServiceMetrics, RULES_SERVICE_METRIC } from './metrics.ts';
 import { createRemoteRules, RulesServiceError, shapeKey, type RulesTransport } from './remote-rules.ts';
-import { answerFor, type SubjectKind } from './rule-overrides.ts';
+import { answerFor, validateOverride, type SubjectKind } from './rule-overrides.ts';
 import { tieredRules, type TierSource } from './rule-tiers.ts';
 import { validateRulesAnswer } from './rules-answer.ts';
 import { defineRule, type AvailableLimiters, type RuleSpec } from './rules.ts';
@@ -241,6 +241,28 @@ describe('wire contract and breaker', () => {
       shapeKey('l', ['principal', 'repository'], { principal: 'a\0b', repository: 'c' }),
     );
     expect(shapeKey('l', ['principal'], { principal: '-' })).not.toBe(shapeKey('l', ['principal'], {}));
+  });
+
+  it('an override holds at most 50 rules, so an answer joining a principal override and a repository one fits in 100', () => {
+    const rules = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ name: `r${i}`, action: 'log', limit: 1, period_s: 1 }));
+    const key = { service: 'alpha', limiter: 'gateway_request', subjectKind: 'principal', subject: 'p' };
+    const ok = validateOverride({ ...key, rules: rules(50) }, available);
+    expect(ok.problems).toEqual([]);
+    const over = validateOverride({ ...key, rules: rules(51) }, available);
+    expect(over.override).toBeUndefined();
+    expect(over.problems.map((p) => `${p.path.join('.')}: ${p.message}`)).toEqual([
+      'rules: at most 50 rules per override, got 51',
+    ]);
+    const both = answerFor(
+      new Set<SubjectKind>(['principal', 'repository']),
+      new Map([
+        ['principal', ok.override!.rules],
+        ['repository', ok.override!.rules.map((r) => ({ ...r, name: `${r.name}_repo` }))],
+      ]),
+      5,
+    );
+    expect(validateRulesAnswer(both, 'gateway_request', available).problems).toEqual([]);
   });
 
   it('answerFor: a principal rule beats a repository rule of the same name; varies_by lists kinds in use', () => {

@@ -11,12 +11,15 @@ import { bypassesIn, describeBypass } from './document-changes.ts';
 import type { RuleProblem } from './errors.ts';
 import { valueOf, type Identifier } from './match.ts';
 import type { RulesAnswer } from './rules-answer.ts';
-import { SERVICE_NAME_PATTERN } from './rules-answer.ts';
+import { MAX_ANSWER_RULES, SERVICE_NAME_PATTERN } from './rules-answer.ts';
 import { NAME_PATTERN, validateRuleList, type AvailableLimiters, type RuleSpec } from './rules.ts';
 
 /** What an override is keyed by, in precedence order: a principal's override beats its repository's. */
 export const SUBJECT_KINDS = ['principal', 'repository'] as const;
 export type SubjectKind = (typeof SUBJECT_KINDS)[number];
+
+/** Rules in one override at most: an answer joins one override per kind, and gateways take no more than MAX_ANSWER_RULES. */
+export const MAX_OVERRIDE_RULES = Math.floor(MAX_ANSWER_RULES / SUBJECT_KINDS.length);
 
 export interface OverrideKey {
   service: string;
@@ -63,6 +66,11 @@ export function validateOverride(
   let rules: RuleSpec[] = [];
   if (input.rules !== undefined && spec)
     rules = validateRuleList(input.rules, ['rules'], problems, new Set(spec.available_properties));
+  if (rules.length > MAX_OVERRIDE_RULES)
+    problems.push({
+      path: ['rules'],
+      message: `at most ${MAX_OVERRIDE_RULES} rules per override, got ${rules.length}`,
+    });
   if (problems.length) return { override: undefined, problems };
   return {
     override: {

@@ -89,6 +89,15 @@ describe('the rules answer (spec 3.3)', () => {
       expect(validateRulesAnswer({ ...valid, ttl_s: ttl }, 'gateway_request', available).answer?.ttl_s).toBe(ttl);
   });
 
+  it('at most 100 rules: more would multiply the cost of every request the answer is cached for', () => {
+    const rules = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ name: `r${i}`, action: 'log', limit: 1, period_s: 1 }));
+    expect(validateRulesAnswer({ ...valid, rules: rules(100) }, 'gateway_request', available).problems).toEqual([]);
+    const over = validateRulesAnswer({ ...valid, rules: rules(5000) }, 'gateway_request', available);
+    expect(over.answer).toBeUndefined();
+    expect(messages(over)).toEqual(['rules: at most 100 rules, got 5000']);
+  });
+
   it('an unknown limiter, or a body that is not an object, is refused before anything else', () => {
     expect(messages(validateRulesAnswer(valid, 'nope', available))).toEqual([': unknown limiter "nope"']);
     for (const body of [null, [], 'x'])

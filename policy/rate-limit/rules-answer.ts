@@ -16,6 +16,14 @@ import { validateRuleList, NAME_PATTERN, type AvailableLimiters, type RuleSpec }
 /** Service names: like limiter names, plus dots and dashes (`arkvory-eu`, `gitlab.rails`). */
 export const SERVICE_NAME_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 const MAX_TTL_S = 86_400;
+/**
+ * Rules in one answer at most. Every rule of an answer is evaluated, and a counting one is a Redis
+ * operation, on every request of the identifiers it is cached for: as for the published tier
+ * (document-bounds.ts), a service answering thousands of rules would multiply each such request's
+ * cost. The reference service keeps each override to half of it (rule-overrides.ts), so its answer
+ * for a principal and a repository together always fits.
+ */
+export const MAX_ANSWER_RULES = 100;
 
 export interface RulesQuery {
   service: string;
@@ -99,6 +107,8 @@ export function validateRulesAnswer(
     problems.push({ path: ['rules'], message: 'rules is required (a list, possibly empty)' });
   // A missing list is reported above; the rule list's own check reads it as no rules.
   const rules = validateRuleList(body.rules, ['rules'], problems, properties);
+  if (rules.length > MAX_ANSWER_RULES)
+    problems.push({ path: ['rules'], message: `at most ${MAX_ANSWER_RULES} rules, got ${rules.length}` });
   const ttl = body.ttl_s;
   if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 0 || ttl > MAX_TTL_S)
     problems.push({
