@@ -40,6 +40,16 @@ function counter<L extends string>(
   return created;
 }
 
+/**
+ * Distinct `rule` label values one limiter's rule evaluations keep at most; past it a new name is
+ * counted as `OTHER_RULE`. Local rule names are bounded (document-bounds.ts) and forgotten when
+ * removed, but a rules service names its rules freely (one per customer, say) and they are never
+ * removed: without this bound every name it ever answered was a series of its own, for good.
+ */
+export const MAX_RULE_NAMES_PER_LIMITER = 1000;
+/** The `rule` label of names past the bound: not a valid rule name, so never a real rule's. */
+export const OTHER_RULE = '(other)';
+
 export function createRateLimitMetrics(registry: Registry = defaultRegistry): RateLimitMetrics {
   const checks = counter(registry, METRIC_NAMES.checks, 'Rate-limit checks, one per check() call.', [
     'limiter',
@@ -58,15 +68,27 @@ export function createRateLimitMetrics(registry: Registry = defaultRegistry): Ra
     'action',
     'error',
   ]);
+  const names = new Map<string, Set<string>>();
+  const ruleLabel = (limiter: string, rule: string): string => {
+    let known = names.get(limiter);
+    if (!known) names.set(limiter, (known = new Set()));
+    if (known.has(rule)) return rule;
+    if (known.size >= MAX_RULE_NAMES_PER_LIMITER) return OTHER_RULE;
+    known.add(rule);
+    return rule;
+  };
   const checkInc = tally(checks);
   const ruleInc = tally(rules);
   const peekInc = tally(peeks);
   return {
     check: (l) => checkInc([l.limiter, l.action, l.matched ? 'true' : 'false', l.error ? 'true' : 'false']),
-    ruleEvaluation: (l) => ruleInc([l.limiter, l.rule, l.action, l.result]),
+    ruleEvaluation: (l) => ruleInc([l.limiter, ruleLabel(l.limiter, l.rule), l.action, l.result]),
     peek: (l) => peekInc([l.limiter, l.action, l.error ? 'true' : 'false']),
-    forgetRules: (limiter, names) => {
-      for (const rule of names) untally(rules, [limiter, rule]);
+    forgetRules: (limiter, gone) => {
+      for (const rule of gone) {
+        untally(rules, [limiter, rule]);
+        names.get(limiter)?.delete(rule);
+      }
     },
   };
 }
