@@ -60,7 +60,7 @@ function inProcessService(ttlS: number) {
   };
 }
 
-function setup(options: { ttlS?: number; maxTtlMs?: number; timeoutMs?: number } = {}) {
+function setup(options: { ttlS?: number; maxTtlMs?: number; timeoutMs?: number; maxBytes?: number } = {}) {
   const clock = new ManualClock();
   const service = inProcessService(options.ttlS ?? 30);
   const registry = new Registry();
@@ -75,6 +75,7 @@ function setup(options: { ttlS?: number; maxTtlMs?: number; timeoutMs?: number }
     metrics: createRulesServiceMetrics(registry),
     timeoutMs: options.timeoutMs ?? 20,
     maxTtlMs: options.maxTtlMs ?? 60_000,
+    ...(options.maxBytes === undefined ? {} : { maxBytes: options.maxBytes }),
   });
   const count = async (result: string) => {
     const metric = (await registry.getSingleMetric(RULES_SERVICE_METRIC)!.get()).values;
@@ -124,6 +125,18 @@ describe('remote rules layer', () => {
     expect(remote.rulesFor('gateway_request', { principal: 'p1' })).toEqual([]);
     clock.advance(1);
     expect(names(await remote.rulesFor('gateway_request', { principal: 'p1' }))).toEqual(['new_cap']);
+  });
+
+  it('keeps cached answers within a byte budget, oldest out first: large answers per principal cannot fill 100 000 entries', async () => {
+    const { service, remote } = setup({ maxBytes: 1024 * 1024 });
+    const big = { ...cap('contract', 5), description: 'x'.repeat(100 * 1024) };
+    for (let i = 0; i < 30; i++) {
+      service.set(`alpha|gateway_request|principal|p${i}`, [big]);
+      expect(names(await remote.rulesFor('gateway_request', { principal: `p${i}` }))).toEqual(['contract']);
+    }
+    expect(remote.status().entries).toBeLessThanOrEqual(10);
+    expect(names(remote.rulesFor('gateway_request', { principal: 'p29' }) as never)).toEqual(['contract']);
+    expect(remote.rulesFor('gateway_request', { principal: 'p0' })).toBeInstanceOf(Promise);
   });
 
   it('shares one request among concurrent misses of the same identifier', async () => {

@@ -26,6 +26,7 @@ import type { TierAnswer, TierSource } from './rule-tiers.ts';
 import { buildRulesQuery, validateRulesAnswer, type RulesQuery } from './rules-answer.ts';
 import { ruleFromSpec, type AvailableLimiters, type Rule } from './rules.ts';
 import { createCircuitBreaker, type BreakerState } from './circuit-breaker.ts';
+import { BoundedLru } from '../../lib/bounded-lru.ts';
 
 /** Why a call to the rules service produced no usable answer. */
 export class RulesServiceError extends Error {
@@ -58,6 +59,12 @@ export interface RemoteRulesDeps {
   openMs?: number;
   /** Cached answers kept at most (oldest evicted first). Default 100 000. */
   maxEntries?: number;
+  /**
+   * Their rules' total JSON length kept at most (oldest evicted first). Default 64 MiB. An answer may
+   * be up to 1 MiB (rules-service-client.ts), mostly descriptions: by count alone, a service answering
+   * such per principal filled 100 000 entries of it.
+   */
+  maxBytes?: number;
   /** Shapes (distinct `varies_by` lists) remembered per limiter. Default 16. */
   maxShapes?: number;
   /** Failures are logged at most once per this interval. Default 10 s. */
@@ -95,11 +102,14 @@ export function shapeKey(limiter: string, shape: readonly string[], identifier: 
 export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
   const { serviceName, available, transport, clock, log, timeoutMs, maxTtlMs } = deps;
   const metrics = deps.metrics ?? noRulesServiceMetrics;
-  const maxEntries = deps.maxEntries ?? 100_000;
   const maxShapes = deps.maxShapes ?? 16;
   const logIntervalMs = deps.logIntervalMs ?? 10_000;
   const breaker = createCircuitBreaker({ threshold: deps.failureThreshold ?? 3, openMs: deps.openMs ?? 5000 });
-  const cache = new Map<string, Entry>();
+  // Read with peek (no refresh): the oldest answer goes first, as its TTL would have it.
+  const cache = new BoundedLru<string, Entry>({
+    maxEntries: deps.maxEntries ?? 100_000,
+    maxBytes: deps.maxBytes ?? 64 * 1024 * 1024,
+  });
   /** Per limiter, the shapes answers so far said they depend on. */
   const shapes = new Map<string, string[][]>();
   const inflight = new Map<string, Promise<Outcome>>();
@@ -135,6 +145,7 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
     shape: string[],
     identifier: Identifier,
     rules: readonly Rule[],
+    bytes: number,
     ttlMs: number,
   ) => {
     if (ttlMs <= 0) return;
@@ -146,9 +157,7 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
       known.push(shape);
     }
     const key = shapeKey(limiter, shape, identifier);
-    cache.delete(key);
-    cache.set(key, { rules, expiresMs: clock.monotonicMs() + ttlMs });
-    if (cache.size > maxEntries) cache.delete(cache.keys().next().value!);
+    cache.set(key, { rules, expiresMs: clock.monotonicMs() + ttlMs }, key.length + bytes);
   };
 
   const fetchRules = async (limiter: string, identifier: Identifier): Promise<Outcome> => {
@@ -179,7 +188,8 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
       breaker.success();
       lastError = undefined;
       const rules = answer.rules.map(ruleFromSpec);
-      remember(limiter, answer.varies_by, identifier, rules, Math.min(answer.ttl_s * 1000, maxTtlMs));
+      const bytes = answer.rules.length ? JSON.stringify(answer.rules).length : 0;
+      remember(limiter, answer.varies_by, identifier, rules, bytes, Math.min(answer.ttl_s * 1000, maxTtlMs));
       return { answer: rules, result: 'miss' };
     } catch (err) {
       const result: RulesServiceResult = err instanceof RulesServiceError ? err.kind : 'error';
@@ -201,7 +211,7 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
         const nowMs = clock.monotonicMs();
         for (const shape of known) {
           const key = shapeKey(limiter, shape, identifier);
-          const entry = cache.get(key);
+          const entry = cache.peek(key);
           if (!entry) continue;
           if (entry.expiresMs > nowMs) {
             metrics.request(limiter, 'hit');
