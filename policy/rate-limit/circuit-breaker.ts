@@ -3,7 +3,8 @@
  * Closed: every miss may ask. After `threshold` consecutive failures (or one failure that opens it at
  * once: a timeout, so a hung service costs a request at most one timeout) it opens for `openMs`: no
  * request asks (their added cost is zero). Then one probe may ask (half-open); its success closes
- * the circuit, its failure opens it again for another `openMs`.
+ * the circuit, its failure opens it again for another `openMs`. A failure that says how long to
+ * wait (a 503's Retry-After) opens it at once for that long, if longer than `openMs`.
  */
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
@@ -12,8 +13,8 @@ export interface CircuitBreaker {
   /** Whether a caller may ask now; in half-open only the first caller (the probe) may. */
   allow(nowMs: number): boolean;
   success(): void;
-  /** `opensAtOnce`: open now, whatever the count (a timeout). */
-  failure(nowMs: number, opensAtOnce?: boolean): void;
+  /** `opensAtOnce`: open now, whatever the count (a timeout); `openForMs`: for this long if longer. */
+  failure(nowMs: number, opensAtOnce?: boolean, openForMs?: number): void;
 }
 
 export function createCircuitBreaker(options: { threshold: number; openMs: number }): CircuitBreaker {
@@ -36,11 +37,11 @@ export function createCircuitBreaker(options: { threshold: number; openMs: numbe
       state = 'closed';
       failures = 0;
     },
-    failure(nowMs, opensAtOnce = false) {
+    failure(nowMs, opensAtOnce = false, openForMs = 0) {
       failures++;
       if (opensAtOnce || state === 'half_open' || failures >= options.threshold) {
         state = 'open';
-        openUntilMs = nowMs + options.openMs;
+        openUntilMs = nowMs + Math.max(options.openMs, openForMs);
       }
     },
   };

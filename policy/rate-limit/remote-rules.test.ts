@@ -12,6 +12,7 @@ import { createCircuitBreaker } from './circuit-breaker.ts';
 import type { Identifier } from './match.ts';
 import { createRulesServiceMetrics, RULES_SERVICE_METRIC } from './metrics.ts';
 import { createRemoteRules, RulesServiceError, shapeKey, type RulesTransport } from './remote-rules.ts';
+import { retryAfterMsOf } from './rules-service-client.ts';
 import { answerFor, validateOverride, type SubjectKind } from './rule-overrides.ts';
 import { tieredRules, type TierSource } from './rule-tiers.ts';
 import { validateRulesAnswer } from './rules-answer.ts';
@@ -137,6 +138,55 @@ describe('remote rules layer', () => {
     expect(remote.status().entries).toBeLessThanOrEqual(10);
     expect(names(remote.rulesFor('gateway_request', { principal: 'p29' }) as never)).toEqual(['contract']);
     expect(remote.rulesFor('gateway_request', { principal: 'p0' })).toBeInstanceOf(Promise);
+  });
+
+  it('leaves a service that answered 503 with Retry-After alone for that long (at most a minute), in every limiter', async () => {
+    const clock = new ManualClock();
+    const registry = new Registry();
+    let asked = 0;
+    let retryAfterMs: number | undefined = 30_000;
+    const remote = createRemoteRules({
+      serviceName: 'alpha',
+      available,
+      transport: async () => {
+        asked++;
+        if (retryAfterMs !== undefined)
+          throw new RulesServiceError('error', 'rules service answered 503', { retryAfterMs });
+        return { rules: [], ttl_s: 0, varies_by: [] };
+      },
+      clock,
+      log: pino({ level: 'silent' }),
+      metrics: createRulesServiceMetrics(registry),
+      timeoutMs: 20,
+      maxTtlMs: 60_000,
+    });
+    expect(await remote.rulesFor('gateway_request', { principal: 'p1' })).toBeUndefined();
+    expect(asked).toBe(1);
+    expect(remote.status().circuit).toBe('open'); // one such answer is enough
+    expect(remote.rulesFor('auth_failure', { ip: 'a' })).toBeUndefined();
+    clock.advance(29_999); // past the 5 s the circuit would stay open on its own
+    expect(remote.rulesFor('gateway_request', { principal: 'p2' })).toBeUndefined();
+    expect(asked).toBe(1);
+    clock.advance(1);
+    retryAfterMs = 3_600_000; // an hour: kept to a minute
+    expect(await remote.rulesFor('gateway_request', { principal: 'p2' })).toBeUndefined();
+    expect(asked).toBe(2);
+    clock.advance(59_999);
+    expect(remote.rulesFor('gateway_request', { principal: 'p3' })).toBeUndefined();
+    clock.advance(1);
+    retryAfterMs = undefined;
+    expect(await remote.rulesFor('gateway_request', { principal: 'p3' })).toEqual([]);
+    expect(asked).toBe(3);
+    expect(remote.status().circuit).toBe('closed');
+  });
+
+  it('reads Retry-After as delay-seconds or an HTTP-date', () => {
+    const now = Date.parse('2026-12-06T09:00:00Z');
+    expect(retryAfterMsOf('120', now)).toBe(120_000);
+    expect(retryAfterMsOf([' 7 '], now)).toBe(7_000);
+    expect(retryAfterMsOf('Sun, 06 Dec 2026 09:00:30 GMT', now)).toBe(30_000);
+    expect(retryAfterMsOf('Sun, 06 Dec 2026 08:00:00 GMT', now)).toBe(0);
+    for (const bad of [undefined, '', 'soon', '-5']) expect(retryAfterMsOf(bad, now)).toBeUndefined();
   });
 
   it('shares one request among concurrent misses of the same identifier', async () => {

@@ -14,6 +14,8 @@
  *   logged at most once per `logIntervalMs`. After `failureThreshold` consecutive failures, or one
  *   timeout, the circuit opens for `openMs`: misses then skip the service entirely (added cost
  *   zero), and one probe per `openMs` tries again. So a request waits at most one timeout in all.
+ *   A 503 or 429 with Retry-After opens it at once, for that long if longer than `openMs` (at most
+ *   `MAX_RETRY_AFTER_MS`): every gateway process leaves a service that asked for it alone.
  * Worst-case propagation of a change made in the service: `maxTtlMs` + `timeoutMs` (an entry read
  * just before the change lives its full TTL; the next miss fetches the new rules).
  */
@@ -32,11 +34,21 @@ import { BoundedLru } from '../../lib/bounded-lru.ts';
 export class RulesServiceError extends Error {
   override readonly name = 'RulesServiceError';
   readonly kind: 'timeout' | 'error' | 'invalid';
-  constructor(kind: 'timeout' | 'error' | 'invalid', message: string, options?: { cause?: unknown }) {
+  /** How long the service asked to be left alone (a 503's or 429's Retry-After), if it did. */
+  readonly retryAfterMs: number | undefined;
+  constructor(
+    kind: 'timeout' | 'error' | 'invalid',
+    message: string,
+    options?: { cause?: unknown; retryAfterMs?: number | undefined },
+  ) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.kind = kind;
+    this.retryAfterMs = options?.retryAfterMs;
   }
 }
+
+/** The longest a Retry-After keeps the circuit open: past it the service is asked again anyway. */
+export const MAX_RETRY_AFTER_MS = 60_000;
 
 /** Sends one query; resolves with the decoded JSON body of a 200, rejects with `RulesServiceError`. */
 export type RulesTransport = (query: RulesQuery, signal: AbortSignal) => Promise<unknown>;
@@ -195,7 +207,12 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
       const result: RulesServiceResult = err instanceof RulesServiceError ? err.kind : 'error';
       // A timeout opens the circuit at once: the lookups after it (the request's other limiters,
       // the next requests) skip the service, so a hung service costs a request one timeout at most.
-      breaker.failure(clock.monotonicMs(), result === 'timeout');
+      const retryAfterMs = err instanceof RulesServiceError ? err.retryAfterMs : undefined;
+      breaker.failure(
+        clock.monotonicMs(),
+        result === 'timeout' || retryAfterMs !== undefined,
+        Math.min(retryAfterMs ?? 0, MAX_RETRY_AFTER_MS),
+      );
       reportFailure(limiter, result, err);
       return { answer: undefined, result };
     } finally {

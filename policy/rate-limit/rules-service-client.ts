@@ -66,7 +66,11 @@ export function createRulesServiceClient(options: {
       }
       if (res.statusCode !== 200) {
         await res.body.dump().catch(() => {});
-        throw new RulesServiceError('error', `rules service answered ${res.statusCode}`);
+        const retryAfterMs =
+          res.statusCode === 503 || res.statusCode === 429
+            ? retryAfterMsOf(res.headers['retry-after'], Date.now())
+            : undefined;
+        throw new RulesServiceError('error', `rules service answered ${res.statusCode}`, { retryAfterMs });
       }
       const declared = Number(res.headers['content-length']);
       if (declared > RULES_ANSWER_MAX_BYTES) {
@@ -103,3 +107,19 @@ export function createRulesServiceClient(options: {
 
 const tooLong = () =>
   new RulesServiceError('invalid', `rules service answer is longer than ${RULES_ANSWER_MAX_BYTES} bytes`);
+
+/** The HTTP-date form senders must use (RFC 9110 5.6.7): `Sun, 06 Nov 1994 08:49:37 GMT`. */
+const IMF_FIXDATE = /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+
+/**
+ * A Retry-After value (RFC 9110 10.2.3: delay-seconds, or an IMF-fixdate) as milliseconds from
+ * `nowMs`; undefined when absent or unreadable. A date in the past is 0.
+ */
+export function retryAfterMsOf(value: string | string[] | undefined, nowMs: number): number | undefined {
+  const text = (Array.isArray(value) ? value[0] : value)?.trim();
+  if (!text) return undefined;
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  if (!IMF_FIXDATE.test(text)) return undefined;
+  const atMs = Date.parse(text);
+  return Number.isNaN(atMs) ? undefined : Math.max(0, atMs - nowMs);
+}
