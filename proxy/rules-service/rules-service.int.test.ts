@@ -17,7 +17,7 @@ import { CLI, ROOT, runCli, makeTempDir, startGateway } from '../../test/support
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
-import { startToxiproxy } from '../../chaos/support/toxiproxy.ts';
+import { addLatency, startToxiproxy } from '../../chaos/support/toxiproxy.ts';
 
 const db = useTestDatabase();
 
@@ -475,6 +475,42 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect(
       (await fetch(`${gw.url}/health/ready`, { headers: bearer(user.key) }).then((r) => r.json())) as unknown,
     ).toMatchObject({ rateLimits: { rulesService: 'open' } });
+  });
+});
+
+describe('a rules service that answers 503 with Retry-After', () => {
+  it('is left alone: the first such answer opens the gateway circuit, the next lookups skip the service', async () => {
+    const toxiproxy = await startToxiproxy();
+    try {
+      // The service's PostgreSQL behind a real toxiproxy link: hung, every query answers 503
+      // `unavailable` with Retry-After 1 after the service's statement deadline.
+      const link = await toxiproxy.proxyToUrl(db.url);
+      const service = await startRulesService({
+        ARKVORY_DATABASE_URL: link.through(db.url),
+        ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS: '100',
+        ARKVORY_RULES_SERVICE_TTL_SECONDS: '0', // nothing cached: every lookup asks
+      });
+      const user = await createServiceAccount(db.pool);
+      const gw = await startGateway({ env: gatewayEnv(service, { ARKVORY_RULES_SERVICE_TIMEOUT_MS: '3000' }) });
+      const list = () => fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
+      expect((await list()).status).toBe(200);
+      expect(await rulesServiceCount(gw.url, 'error')).toBe(0);
+
+      await addLatency(link, { name: 'hang', stream: 'downstream', latencyMs: 60_000 });
+      for (let i = 0; i < 3; i++) {
+        const res = await list();
+        expect(res.status).toBe(200);
+        expect(res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+      }
+      // One 503 asked, not one per lookup until three in a row opened the circuit.
+      expect(await rulesServiceCount(gw.url, 'error')).toBe(1);
+      expect(await rulesServiceCount(gw.url, 'circuit_open')).toBeGreaterThanOrEqual(3);
+      expect(
+        (await fetch(`${gw.url}/health/ready`, { headers: bearer(user.key) }).then((r) => r.json())) as unknown,
+      ).toMatchObject({ rateLimits: { rulesService: 'open' } });
+    } finally {
+      await toxiproxy.stop();
+    }
   });
 });
 
