@@ -4,8 +4,8 @@
  * (or a link to /dev/zero) is not read without end. Missing is ENOENT, as `readFile` says it; the
  * rest is `backup_invalid`.
  */
-import { constants } from 'node:fs';
-import { type FileHandle, open } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
+import { openRegularFile } from '../../lib/regular-file.ts';
 import { BackupError } from './errors.ts';
 
 /** A manifest holds a few counts per table: kilobytes. */
@@ -17,11 +17,11 @@ const CHUNK = 1024 * 1024;
 
 /** `file` opened for reading when it is a regular file of at most `maxBytes`; else `backup_invalid`. */
 export async function openBackupFile(file: string, maxBytes: number): Promise<{ handle: FileHandle; size: number }> {
-  // Non-blocking, so that opening a named pipe returns at once (it has no writer) and fstat says what it is.
-  const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  // Non-blocking (lib/regular-file.ts): a named pipe is refused at once, not waited on.
+  const { handle, stats: stat } = await openRegularFile(file, {
+    refuse: (reason) => new BackupError('backup_invalid', reason),
+  });
   try {
-    const stat = await handle.stat();
-    if (!stat.isFile()) throw new BackupError('backup_invalid', `${file} is not a regular file`);
     if (stat.size > maxBytes)
       throw new BackupError('backup_invalid', `${file} is ${stat.size} bytes, more than the ${maxBytes} it may be`);
     return { handle, size: stat.size };

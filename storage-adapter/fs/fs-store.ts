@@ -8,13 +8,14 @@
  * when it opens: a killed worker's partial uploads go when it is replaced.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { OpenFileCache } from './open-file-cache.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from '../errors.ts';
 import { fsyncDirectory, mkdirDurable } from '../../lib/fs-sync.ts';
+import { openRegularFile } from '../../lib/regular-file.ts';
 import { fsIdentityObject, openingStorageId, type StorageRole } from '../identity.ts';
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './fs-parts.ts';
@@ -206,29 +207,28 @@ export async function openFsStore(options: {
     async openBlob(sha256, _ranges) {
       if (!isSha256Hex(sha256)) throw new StorageError('not_found');
       const openFile = async () => {
-        let handle: FileHandle;
-        try {
-          handle = await open(blobPath(sha256), 'r');
-        } catch (err) {
+        const file = blobPath(sha256);
+        // Non-blocking: a named pipe planted under the name is refused at once instead of holding a
+        // thread of libuv's pool (and the request) until a writer comes. A blob is only ever a file
+        // renamed into place, so a symbolic link there (maybe out of the root) is refused too.
+        const { handle, stats } = await openRegularFile(file, {
+          refuse: (reason) => new Error(`blob ${sha256}: ${reason}`),
+          followLinks: false,
+        }).catch((err: unknown) => {
           throw storageErrorFromErrno(err) ?? err;
-        }
-        try {
-          const { size, ino, dev } = await handle.stat();
-          // An upload may put verified bytes in place of this file (see commit): the cache drops it then.
-          const isCurrent = async () => {
-            try {
-              const now = await stat(blobPath(sha256));
-              return now.ino === ino && now.dev === dev;
-            } catch (err) {
-              if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
-              throw err;
-            }
-          };
-          return { handle, sizeBytes: size, isCurrent };
-        } catch (err) {
-          await handle.close().catch(() => {});
-          throw err;
-        }
+        });
+        const { ino, dev } = stats;
+        // An upload may put verified bytes in place of this file (see commit): the cache drops it then.
+        const isCurrent = async () => {
+          try {
+            const now = await stat(file);
+            return now.ino === ino && now.dev === dev;
+          } catch (err) {
+            if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+            throw err;
+          }
+        };
+        return { handle, sizeBytes: stats.size, isCurrent };
       };
       if (options.openFiles) {
         const lease = await options.openFiles.acquire(sha256, openFile);

@@ -1,0 +1,163 @@
+/**
+ * The directory store's blob files as a real gateway serves them when something other than the blob
+ * is under its name (planted by a mistake or a hostile co-tenant of the host): a named pipe, a
+ * directory, a symbolic link out of the root, a file cut short. None may hang a request or the
+ * process, and none may send bytes other than the blob's or pass a short body off as complete.
+ */
+import { execFile } from 'node:child_process';
+import { constants } from 'node:fs';
+import { mkdir, open, rm, symlink, truncate, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+
+const run = promisify(execFile);
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+const blobPath = (root: string, hex: string) =>
+  path.join(root, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
+
+/** A GET that gives up after `ms` (so a hang fails the test instead of holding it). */
+function getWithin(
+  url: string,
+  headers: Record<string, string>,
+  ms: number,
+): Promise<{ status: number; body: Buffer } | 'timed out'> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { headers, agent: false, signal: AbortSignal.timeout(ms) }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks) }));
+      res.on('error', reject);
+    });
+    req.on('error', (err) => (err.name === 'AbortError' ? resolve('timed out') : reject(err)));
+  });
+}
+
+/** Error lines of the gateway's log that name `text`. */
+function errorLinesNaming(logs: string, text: string): string[] {
+  return logs.split('\n').filter((line) => line.includes('"level":"error"') && line.includes(text));
+}
+
+async function gatewayWithBlobs(db: ReturnType<typeof useTestDatabase>, repo: string, sizes: Record<string, number>) {
+  await createRepository(db.pool, repo);
+  const { key } = await createServiceAccount(db.pool, { grants: { [repo]: 'write' } });
+  const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+  const blobs: Record<string, { bytes: Buffer; file: string; url: string }> = {};
+  for (const [id, size] of Object.entries(sizes)) {
+    const bytes = randomContent(size);
+    const url = `${gw.url}/api/v1/repositories/${repo}/artifacts/${id}`;
+    expect((await request(url, { method: 'PUT', headers: bearer(key), body: bytes })).status).toBe(201);
+    blobs[id] = { bytes, file: blobPath(gw.dataDir, sha256(bytes)), url: `${url}/content` };
+  }
+  return { gw, key, blobs };
+}
+
+describe('blob files that are not the blob (real gateway)', () => {
+  const db = useTestDatabase();
+
+  it('a named pipe in a blob’s place is a prompt 500 naming the blob, logged once per request, and stalls nothing else', async () => {
+    // Small ones go through the small-blob cache's fill, large ones straight to the file.
+    const { gw, key, blobs } = await gatewayWithBlobs(db, 'fifo', {
+      small: 4 * KiB,
+      large: MiB + 3,
+      fine: MiB + 5,
+    });
+    const fifos = [blobs.small!, blobs.large!];
+    for (const { file } of fifos) {
+      await rm(file);
+      await run('mkfifo', [file]);
+    }
+    // Were any open still waiting on a pipe (the old blocking open), a writer's open and close ends it.
+    onTestFinished(async () => {
+      for (const { file } of fifos) {
+        const writer = await open(file, constants.O_WRONLY | constants.O_NONBLOCK).catch(() => undefined);
+        await writer?.close();
+      }
+    });
+
+    // More requests at once than libuv has threads (4): a blocking open of each would hold them all.
+    const answers = await Promise.all(
+      [0, 1, 2].flatMap(() => fifos.map((blob) => getWithin(blob.url, bearer(key), 4000))),
+    );
+    for (const answer of answers) {
+      expect(answer).not.toBe('timed out');
+      if (answer === 'timed out') continue;
+      expect(answer.status).toBe(500);
+      expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'internal' });
+    }
+    // Other requests go on, file operations included.
+    const fine = await getWithin(blobs.fine!.url, bearer(key), 4000);
+    expect(fine !== 'timed out' && fine.status).toBe(200);
+    expect(fine !== 'timed out' && sha256(fine.body)).toBe(sha256(blobs.fine!.bytes));
+    // The store's fault, said once per request at the error level, naming the blob and what it is.
+    await expect.poll(() => errorLinesNaming(gw.logs(), sha256(blobs.large!.bytes)).length).toBe(3);
+    const lines = [
+      ...errorLinesNaming(gw.logs(), sha256(blobs.small!.bytes)),
+      ...errorLinesNaming(gw.logs(), sha256(blobs.large!.bytes)),
+    ];
+    expect(lines).toHaveLength(6);
+    for (const line of lines) expect(line).toContain('is not a regular file');
+  }, 30_000);
+
+  it('a directory or a symbolic link out of the root is a 500, never other bytes; a file cut short is a 500 or a cut body, never a complete 200', async () => {
+    const { gw, key, blobs } = await gatewayWithBlobs(db, 'odd', {
+      dir: MiB + 1,
+      link: MiB + 2,
+      short: MiB + 3,
+      cut: 2 * MiB + 4,
+      fine: MiB + 5,
+    });
+    await rm(blobs.dir!.file);
+    await mkdir(blobs.dir!.file);
+    // A file outside the store, as long as the blob, with other bytes: they must not go out.
+    const outside = path.join(await makeTempDir('arkvory-outside-'), 'secret');
+    await writeFile(outside, randomContent(blobs.link!.bytes.length));
+    await rm(blobs.link!.file);
+    await symlink(outside, blobs.link!.file);
+    await writeFile(blobs.short!.file, blobs.short!.bytes.subarray(0, MiB));
+
+    for (const id of ['dir', 'link', 'short']) {
+      const answer = await getWithin(blobs[id]!.url, bearer(key), 4000);
+      expect(answer, id).not.toBe('timed out');
+      if (answer === 'timed out') continue;
+      expect(answer.status, id).toBe(500);
+      expect(JSON.parse(answer.body.toString()), id).toMatchObject({ code: 'internal' });
+      expect(errorLinesNaming(gw.logs(), sha256(blobs[id]!.bytes)).length, id).toBeGreaterThan(0);
+    }
+    expect(errorLinesNaming(gw.logs(), sha256(blobs.link!.bytes)).join('\n')).toContain('symbolic link');
+
+    // Cut short after its descriptor was cached (same file, so nothing says it changed): the head is
+    // out before the end is found, so the body is cut, which curl reports as a partial transfer.
+    const curl = async (args: string[]) => {
+      const result = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code} %{size_download}', ...args]).then(
+        ({ stdout }) => ({ code: 0, stdout }),
+        (err: { code: number; stdout: string }) => ({ code: err.code, stdout: err.stdout }),
+      );
+      return {
+        exit: result.code,
+        status: Number(result.stdout.split(' ')[0]),
+        bytes: Number(result.stdout.split(' ')[1]),
+      };
+    };
+    const auth = ['-H', `authorization: Bearer ${key}`];
+    expect(await curl([...auth, blobs.cut!.url])).toEqual({ exit: 0, status: 200, bytes: blobs.cut!.bytes.length });
+    await truncate(blobs.cut!.file, MiB);
+    const whole = await curl([...auth, blobs.cut!.url]);
+    expect(whole.exit).toBe(18);
+    expect(whole.bytes).toBeLessThan(blobs.cut!.bytes.length);
+    // A range that starts past the cut: no body byte was written, so not even the head went out (curl: empty reply).
+    const past = await curl([...auth, '-H', `range: bytes=${MiB + 10}-${MiB + 20}`, blobs.cut!.url]);
+    expect(past).toMatchObject({ exit: 52, bytes: 0 });
+
+    // The gateway goes on serving.
+    const fine = await curl([...auth, blobs.fine!.url]);
+    expect(fine).toEqual({ exit: 0, status: 200, bytes: blobs.fine!.bytes.length });
+  }, 30_000);
+});
