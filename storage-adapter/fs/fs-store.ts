@@ -21,7 +21,7 @@ import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './fs-parts.ts';
 import { isLargeBody } from '../streaming/large-body.ts';
 import { openUploadFile, writeOverlapped } from './overlapped-writer.ts';
-import type { OpenedArtifactStore, ArtifactStore } from '../store.ts';
+import type { OpenedArtifactStore, ArtifactStore, BlobReader } from '../store.ts';
 import {
   BLOBS_DIR,
   blobRelativePath,
@@ -230,19 +230,36 @@ export async function openFsStore(options: {
         };
         return { handle, sizeBytes: stats.size, isCurrent };
       };
+      // A blob file ends before the size read at open only when it was cut short on disk under a
+      // descriptor this process holds (the open-file cache's; nothing says so until a read hits the
+      // end): said naming the file, and the descriptor dropped, so the next request opens the file
+      // afresh and is refused before its head instead of being cut again after it.
+      const reading =
+        (handle: FileHandle, sizeBytes: number, forget: () => void): BlobReader['read'] =>
+        async (buffer, offset, length, position) => {
+          const result = await handle.read(buffer, offset, length, position);
+          if (result.bytesRead === 0 && length > 0 && position < sizeBytes) {
+            forget();
+            throw new Error(
+              `blob ${sha256}: ${blobPath(sha256)} ended at byte ${position} of the ${sizeBytes} it had when opened (cut short on disk)`,
+            );
+          }
+          return result;
+        };
       if (options.openFiles) {
-        const lease = await options.openFiles.acquire(sha256, openFile);
+        const { openFiles } = options;
+        const lease = await openFiles.acquire(sha256, openFile);
         const { handle, sizeBytes } = lease.file;
         return {
           sizeBytes,
-          read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position),
+          read: reading(handle, sizeBytes, () => openFiles.forget(sha256)),
           close: () => lease.release(),
         };
       }
       const { handle, sizeBytes } = await openFile();
       return {
         sizeBytes,
-        read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position),
+        read: reading(handle, sizeBytes, () => {}),
         close: () => handle.close(),
       };
     },
