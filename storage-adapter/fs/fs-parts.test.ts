@@ -1,7 +1,10 @@
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { constants } from 'node:fs';
+import { mkdir, mkdtemp, open, readFile, rm, symlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { promisify } from 'node:util';
+import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { fsyncDirectory } from '../../lib/fs-sync.ts';
 import { createFsPartStore } from './fs-parts.ts';
 
@@ -34,5 +37,37 @@ describe('filesystem part store', () => {
     synced.length = 0;
     await parts.write(SESSION, '00002-b.part', bytes('again'));
     expect(synced).toEqual([path.join('uploads', SESSION)]);
+  });
+
+  it('reads a part only from a regular file: a named pipe or a link to /dev/zero in its place fails at once as a changed part', async () => {
+    const parts = createFsPartStore(root);
+    await parts.write(SESSION, '00001-a.part', bytes('kept'));
+    const pipe = path.join(root, 'uploads', SESSION, '00002-b.part');
+    await promisify(execFile)('mkfifo', [pipe]);
+    // A read the old code left waiting on the pipe is let go (an open for writing ends its wait).
+    onTestFinished(async () => {
+      const writer = await open(pipe, constants.O_WRONLY | constants.O_NONBLOCK).catch(() => undefined);
+      await writer?.close();
+    });
+    await symlink('/dev/zero', path.join(root, 'uploads', SESSION, '00003-c.part'));
+    const firstChunk = async (file: string) => {
+      for await (const chunk of parts.read(SESSION, file)) return chunk.length;
+      return 0;
+    };
+    const timedOut = () => new Promise((resolve) => setTimeout(() => resolve('timed out'), 2000).unref());
+    for (const file of ['00002-b.part', '00003-c.part']) {
+      const outcome = await Promise.race([
+        firstChunk(file).then(
+          (n) => `read ${n} bytes`,
+          (err: unknown) => err,
+        ),
+        timedOut(),
+      ]);
+      expect(outcome, file).toMatchObject({
+        code: 'part_mismatch',
+        message: expect.stringContaining('not a regular file'),
+      });
+    }
+    expect(await firstChunk('00001-a.part')).toBe(4);
   });
 });

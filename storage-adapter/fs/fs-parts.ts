@@ -3,11 +3,11 @@
  * with their directory (and a new session directory with `uploads/`) before `write` resolves, so a
  * part once acknowledged survives a power cut; a failed write removes the file.
  */
-import { createReadStream } from 'node:fs';
 import { open, rm, stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { storageErrorFromErrno } from '../errors.ts';
+import { StorageError, storageErrorFromErrno } from '../errors.ts';
 import { fsyncDirectory, mkdirDurable } from '../../lib/fs-sync.ts';
+import { openRegularFile } from '../../lib/regular-file.ts';
 import { writeOverlapped } from './overlapped-writer.ts';
 import type { PartStore } from '../store.ts';
 import { resolveInsideRoot, sessionDir, UPLOADS_DIR } from '../paths.ts';
@@ -38,15 +38,32 @@ export function createFsPartStore(root: string, sync: (dir: string) => Promise<v
       }
     },
     async *read(sessionId, fileName, signal) {
+      const file = path.join(sessionDir(root, sessionId), fileName);
+      let handle: FileHandle;
       try {
-        for await (const chunk of createReadStream(path.join(sessionDir(root, sessionId), fileName), {
-          highWaterMark: 1024 * 1024,
-          signal,
-        }))
-          yield chunk as Buffer;
+        // Only a regular file, opened without blocking and not through a symbolic link: a named pipe
+        // in a part's place held a thread of libuv's pool (and the completion job) until a writer
+        // came, and a link to /dev/zero was read without end. Either is a part changed on the store.
+        ({ handle } = await openRegularFile(file, {
+          // The session's error carries this message: the part's name, never a path of the host.
+          refuse: () =>
+            new StorageError(
+              'part_mismatch',
+              `part file ${fileName} is not a regular file: the part changed on the store after it was received`,
+            ),
+          followLinks: false,
+        }));
       } catch (err) {
         // A missing part is `not_found`, as on the other stores.
         throw storageErrorFromErrno(err) ?? err;
+      }
+      try {
+        for await (const chunk of handle.createReadStream({ highWaterMark: 1024 * 1024, signal, autoClose: false }))
+          yield chunk as Buffer;
+      } catch (err) {
+        throw storageErrorFromErrno(err) ?? err;
+      } finally {
+        await handle.close();
       }
     },
     async has(sessionId, fileName) {
