@@ -118,6 +118,7 @@ export interface StoreTree {
   readonly location: string;
   /** Entries of a directory; `[]` when it does not exist. */
   list(dir: string): Promise<TreeEntry[]>;
+  /** The file's bytes. The directory store reads a name that holds no regular file (a named pipe, a link) as none. */
   read(file: string): AsyncIterable<Buffer>;
   /** Removes a file or a whole directory; a missing one is fine. */
   remove(target: string): Promise<void>;

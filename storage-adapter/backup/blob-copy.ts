@@ -155,7 +155,7 @@ export async function putBlob(
   const out = await open(temp, 'w', 0o644);
   try {
     let body: AsyncIterable<Buffer>;
-    // The directory store's own file, not its `openBlob`: that opens it blocking, and a named pipe would hold the backup.
+    // The directory store's own file, not its `openBlob`: read no further than a byte past its size, its failures in backup's codes.
     if (source.fsRoot !== undefined) body = storeFileChunks(source.fsRoot, blob);
     else {
       reader = await source.store.openBlob(blob.sha256).catch((err: unknown) => {
