@@ -5,7 +5,7 @@
  * (test/conformance/artifact-store.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -145,5 +145,27 @@ describe('directory store', () => {
     expect(await readAll(other)).toBe(hex);
     expect(others.stats()).toMatchObject({ entries: 1, misses: 2, hits: 1 });
     await Promise.all([own.close(), others.close()]);
+  });
+
+  it('a blob file cut short in place under a kept descriptor is dropped at the recheck: the next open sees its size', async () => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    const root = await tempRoot();
+    const openFiles = new OpenFileCache({ maxEntries: 8, idleMs: 60_000, clock: { monotonicMs: () => 0 } });
+    const store = await openFsStore({ root, role: 'writer', pool: db.pool, openFiles });
+    const bytes = randomBytes(70_000);
+    const staged = await store.stage(Readable.from([bytes]), { maxBytes: 1e6 });
+    await staged.commit();
+    const hex = staged.sha256;
+    const sizeOf = async () => {
+      const reader = await store.openBlob(hex);
+      await reader.close();
+      return reader.sizeBytes;
+    };
+    expect(await sizeOf()).toBe(bytes.length);
+    // The same file (same inode), shorter: a HEAD, which reads nothing, would go on promising the old size.
+    await truncate(path.join(root, blobRelativePath(hex)), 1000);
+    await openFiles.recheck();
+    expect(await sizeOf()).toBe(1000);
+    await openFiles.close();
   });
 });

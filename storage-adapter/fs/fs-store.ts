@@ -217,18 +217,20 @@ export async function openFsStore(options: {
         }).catch((err: unknown) => {
           throw storageErrorFromErrno(err) ?? err;
         });
-        const { ino, dev } = stats;
+        const { ino, dev, size } = stats;
         // An upload may put verified bytes in place of this file (see commit): the cache drops it then.
+        // So it does when the file's size changed (cut short in place, on a disk or by a hand): a blob
+        // never changes, and a HEAD, which reads nothing, would go on promising the old size.
         const isCurrent = async () => {
           try {
             const now = await stat(file);
-            return now.ino === ino && now.dev === dev;
+            return now.ino === ino && now.dev === dev && now.size === size;
           } catch (err) {
             if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
             throw err;
           }
         };
-        return { handle, sizeBytes: stats.size, isCurrent };
+        return { handle, sizeBytes: size, isCurrent };
       };
       // A blob file ends before the size read at open only when it was cut short on disk under a
       // descriptor this process holds (the open-file cache's; nothing says so until a read hits the
