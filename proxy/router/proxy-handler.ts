@@ -305,7 +305,14 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   return {
     handle(req, res, { reqId, answerId }, log, traceHeaders) {
       const { headers, socket } = req;
-      const expectsContinue = typeof headers.expect === 'string' && headers.expect.toLowerCase() === '100-continue';
+      // An HTTP/1.0 client's expectation is ignored (RFC 9110 §10.1.1), as a gateway's node:http
+      // ignores it: relayed, the gateway's `100 Continue` would reach a client (or a proxy in front)
+      // that reads it as the final answer and every later answer on the connection as the previous
+      // request's (RFC 9110 §15.2: no 1xx to an HTTP/1.0 client).
+      const expectsContinue =
+        typeof headers.expect === 'string' &&
+        headers.expect.toLowerCase() === '100-continue' &&
+        !(req.httpVersionMajor === 1 && req.httpVersionMinor === 0);
       const list = buildUpstreamHeaders(
         {
           rawHeaders: req.rawHeaders,
