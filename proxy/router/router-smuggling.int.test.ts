@@ -229,3 +229,146 @@ describe('router: HTTP/1.1 framing a gateway could read otherwise', () => {
     await expectEachForwardedOnce();
   });
 });
+
+describe('router: a body the gateway refuses before reading it', () => {
+  /** `count` GETs, each on a new connection: each must get its own 404 (its path in no other answer). */
+  async function victims(count: number): Promise<void> {
+    for (let i = 0; i < count; i++) {
+      const answers = readAnswers(await http1(`GET /api/v1/victim-${i} HTTP/1.1\r\n${host()}\r\n`, 1));
+      expect(answers.map((a) => a.status)).toEqual([404]);
+    }
+  }
+
+  it.each([
+    ['sent at once', ''],
+    ['held back for 100 Continue', 'Expect: 100-continue\r\n'],
+  ])(
+    'an upload refused 401 (body %s): the rest of its body never reaches the gateway as requests',
+    async (_, expect100) => {
+      const from = gateway.logLines().length;
+      const body = SMUGGLED.repeat(1000);
+      const socket = await connect('http/1.1');
+      let text = '';
+      socket.on('data', (d: Buffer) => (text += d.toString('latin1')));
+      socket.on('error', () => {});
+      const closed = new Promise((resolve) => socket.on('close', resolve));
+      socket.write(
+        `PUT /api/v1/repositories/r/artifacts/refused HTTP/1.1\r\n${host()}Content-Type: application/octet-stream\r\n` +
+          `${expect100}Content-Length: ${body.length * 2}\r\n\r\n${expect100 ? '' : body}`,
+      );
+      await waitUntil(() => readAnswers(text).length > 0, { what: 'the 401' });
+      // The client goes on as if nothing was refused: the rest of its body, then a request of its own.
+      socket.write(`${body}${body}GET /api/v1/after HTTP/1.1\r\n${host()}\r\n\r\n`);
+      await victims(5);
+      socket.end();
+      await closed;
+      expect(readAnswers(text).map((a) => a.status)).toEqual([401]);
+      const saw = await gatewaySaw(from, 6);
+      expect(saw.map((l) => l.status)).toEqual([401, 404, 404, 404, 404, 404]);
+      await expectEachForwardedOnce();
+    },
+  );
+});
+
+/** An HPACK integer with an `prefix`-bit prefix (RFC 7541 §5.1). */
+function hpackInteger(n: number, prefix: number): number[] {
+  const max = (1 << prefix) - 1;
+  if (n < max) return [n];
+  const out = [max];
+  for (n -= max; n >= 128; n >>= 7) out.push((n & 127) | 128);
+  out.push(n);
+  return out;
+}
+
+/** A header block of literal fields never indexed, names and values as given (no client-side checks). */
+function headerBlock(headers: ReadonlyArray<readonly [string, string]>): Buffer {
+  const bytes: number[] = [];
+  for (const [name, value] of headers) {
+    bytes.push(0x10);
+    for (const part of [Buffer.from(name, 'latin1'), Buffer.from(value, 'latin1')])
+      bytes.push(...hpackInteger(part.length, 7), ...part);
+  }
+  return Buffer.from(bytes);
+}
+
+function frame(type: number, flags: number, stream: number, payload: Buffer): Buffer {
+  const head = Buffer.alloc(9);
+  head.writeUIntBE(payload.length, 0, 3);
+  head[3] = type;
+  head[4] = flags;
+  head.writeUInt32BE(stream, 5);
+  return Buffer.concat([head, payload]);
+}
+
+/**
+ * One HTTP/2 stream sent as raw frames (node:http2's client refuses to send what is tested here):
+ * HEADERS, then `data` as DATA frames, the last one ending the stream. Resolves with how the router
+ * ended it: `answered` (a response head), `reset <code>` or `goaway <code>`.
+ */
+async function rawStream(headers: ReadonlyArray<readonly [string, string]>, data: readonly string[]): Promise<string> {
+  const socket = await connect('h2');
+  return new Promise((resolve, reject) => {
+    const frames = [
+      Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'),
+      frame(4, 0, 0, Buffer.alloc(0)),
+      frame(1, 4 | (data.length === 0 ? 1 : 0), 1, headerBlock(headers)),
+      ...data.map((d, i) => frame(0, i === data.length - 1 ? 1 : 0, 1, Buffer.from(d, 'latin1'))),
+    ];
+    let buffered = Buffer.alloc(0);
+    const end = (outcome: string) => {
+      socket.destroy();
+      resolve(outcome);
+    };
+    socket.on('error', reject);
+    socket.on('close', () => resolve('closed'));
+    socket.on('data', (d: Buffer) => {
+      buffered = Buffer.concat([buffered, d]);
+      while (buffered.length >= 9) {
+        const length = buffered.readUIntBE(0, 3);
+        if (buffered.length < 9 + length) return;
+        const [type, flags] = [buffered[3]!, buffered[4]!];
+        const payload = buffered.subarray(9, 9 + length);
+        buffered = buffered.subarray(9 + length);
+        if (type === 4 && (flags & 1) === 0) socket.write(frame(4, 1, 0, Buffer.alloc(0)));
+        else if (type === 1) return end('answered');
+        else if (type === 3) return end(`reset ${payload.readUInt32BE(0)}`);
+        else if (type === 7) return end(`goaway ${payload.readUInt32BE(4)}`);
+      }
+    });
+    socket.write(Buffer.concat(frames));
+  });
+}
+
+describe('router: HTTP/2 requests forwarded over HTTP/1.1', () => {
+  it('a content-length the DATA frames disagree with, or a connection-specific header, is never forwarded', async () => {
+    const request = (method: string, ...more: Array<readonly [string, string]>) => [
+      [':method', method] as const,
+      [':path', '/api/v1/repositories'] as const,
+      [':scheme', 'https'] as const,
+      [':authority', `127.0.0.1:${router.port}`] as const,
+      ...more,
+    ];
+    const cases: Record<string, [ReadonlyArray<readonly [string, string]>, string[]]> = {
+      'content-length shorter than one DATA frame': [request('POST', ['content-length', '2']), [`ab${SMUGGLED}`]],
+      'content-length shorter than two DATA frames': [request('POST', ['content-length', '2']), ['ab', SMUGGLED]],
+      'content-length longer than the DATA': [request('POST', ['content-length', '200']), ['ab']],
+      'content-length and no DATA': [request('POST', ['content-length', String(SMUGGLED.length)]), []],
+      'content-length on a GET without DATA': [request('GET', ['content-length', String(SMUGGLED.length)]), []],
+      'transfer-encoding: chunked': [request('POST', ['transfer-encoding', 'chunked']), [`0\r\n\r\n${SMUGGLED}`]],
+      'connection: keep-alive': [request('POST', ['connection', 'keep-alive']), ['ab']],
+      'te other than trailers': [request('POST', ['te', 'gzip']), ['ab']],
+      'a CR LF in the path': [
+        [...request('GET').slice(0, 1), [':path', '/a HTTP/1.1\r\nx: y'], ...request('GET').slice(2)],
+        [],
+      ],
+    };
+    const from = gateway.logLines().length;
+    for (const [name, [headers, data]] of Object.entries(cases))
+      expect(await rawStream(headers, data), name).toMatch(/^(reset|goaway) \d+$/);
+    // The same stream, well formed, is answered: the refusals above were the framing's.
+    expect(await rawStream(request('GET'), [])).toMatch(/^answered/);
+    const saw = await gatewaySaw(from, 1);
+    expect(saw.map((l) => l.route)).toEqual(['/api/v1/repositories']);
+    await expectEachForwardedOnce();
+  });
+});
