@@ -5,6 +5,7 @@
  * requests of their own, each forwarded once by the router (its `clientReqId` is a router request's
  * id), and each client request gets its own answer and no bytes of another's.
  */
+import net from 'node:net';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -124,7 +125,8 @@ async function gatewaySaw(from: number, count: number): Promise<Array<Record<str
 }
 
 /**
- * Every request the gateway answered (its probes by the router aside) carries the id of a request
+ * Every request the gateway answered (its probes by the router and the requests sent to it directly,
+ * with ids `direct-…`, aside) carries the id of a request
  * the router forwarded, each once. The router's line is written once its client's answer closed,
  * which may be after the gateway's.
  */
@@ -133,6 +135,7 @@ async function expectEachForwardedOnce(): Promise<void> {
     gateway
       .logLines()
       .filter((l) => l.msg === 'request' && !String(l.route).startsWith('/health/'))
+      .filter((l) => !String(l.clientReqId).startsWith('direct-'))
       .map((l) => l.clientReqId);
   const unknown = () => {
     const forwarded = new Set(
@@ -226,6 +229,48 @@ describe('router: HTTP/1.1 framing a gateway could read otherwise', () => {
     expect(text).not.toMatch(/^HTTP\/1\.1 100/m);
     expect(readAnswers(text).map((a) => a.status)).toEqual([201, 404]);
     expect((await gatewaySaw(from, 2)).map((l) => l.status)).toEqual([201, 404]);
+    await expectEachForwardedOnce();
+  });
+});
+
+describe('an answer that closes the connection', () => {
+  /** Sends `bytes` on a plain connection straight to the gateway; resolves with all it got, once it closed. */
+  function toGateway(bytes: string): Promise<string> {
+    return new Promise((resolve) => {
+      const socket = net.connect(gateway.port, '127.0.0.1', () => socket.write(Buffer.from(bytes, 'latin1')));
+      let text = '';
+      socket.on('data', (d: Buffer) => (text += d.toString('latin1')));
+      socket.on('error', () => resolve(text));
+      socket.on('close', () => resolve(text));
+    });
+  }
+
+  it('ends what the connection serves: requests pipelined behind it are never processed (RFC 9112 §6.1, §9.6)', async () => {
+    const from = gateway.logLines().length;
+    const behind = (id: string, version = '1.1') =>
+      `GET /api/v1/behind HTTP/${version}\r\n${host()}Connection: keep-alive\r\nX-Request-Id: ${id}\r\n\r\n`;
+    // An HTTP/1.0 request framed with Transfer-Encoding, which no 1.0 proxy in front reads as the
+    // router does: processed, then the connection closes.
+    const http10 = (id: string) =>
+      `POST /api/v1/repositories HTTP/1.0\r\n${host()}Connection: keep-alive\r\nX-Request-Id: ${id}\r\nTransfer-Encoding: chunked\r\n\r\n`;
+    const viaRouter = await http1(`${http10('router')}2\r\nab\r\n0\r\n\r\n${behind('behind-router', '1.0')}`, 'close');
+    expect(readAnswers(viaRouter).map((a) => a.status)).toEqual([405]);
+    expect(viaRouter).toMatch(/\r\nconnection: close\r\n/i);
+    // The same straight to a gateway, and an expectation the gateway answered without 100 Continue
+    // (node:http closes the connection after it).
+    const direct = await toGateway(`${http10('direct-1')}0\r\n\r\n${behind('behind-gateway-1', '1.0')}`);
+    expect(readAnswers(direct).map((a) => a.status)).toEqual([405]);
+    const expectation = await toGateway(
+      `GET /api/v1/first HTTP/1.1\r\nHost: x\r\nX-Request-Id: direct-2\r\nExpect: 100-continue\r\n\r\n${behind('behind-gateway-2')}`,
+    );
+    expect(readAnswers(expectation).map((a) => a.status)).toEqual([404]);
+    // A request after them all, through the router: what the gateway processed is in by then.
+    await http1(`GET /api/v1/marker HTTP/1.1\r\n${host()}X-Request-Id: marker\r\n\r\n`, 1);
+    await waitUntil(() => router.logLines().some((l) => l.clientReqId === 'marker'), { what: 'the marker' });
+    const saw = await gatewaySaw(from, 4);
+    expect(saw.map((l) => l.route)).toEqual(['/api/v1/repositories', '/api/v1/repositories', 'unmatched', 'unmatched']);
+    expect(saw.filter((l) => String(l.clientReqId).startsWith('behind'))).toEqual([]);
+    expect(router.logLines().filter((l) => l.clientReqId === 'behind-router')).toEqual([]);
     await expectEachForwardedOnce();
   });
 });

@@ -149,6 +149,10 @@ export function installFrontDoor(
       if (state) beginRequest(state, req, res);
       if (isHttp2(req)) h2.admitStream(req, res);
       else {
+        // An HTTP/1.0 message with Transfer-Encoding is framed as no 1.0 peer (a proxy in front)
+        // reads it: processed, then the connection closes (RFC 9112 §6.1), so what follows its
+        // body is never read as a request of its own.
+        if (req.httpVersionMinor === 0 && req.headers['transfer-encoding'] !== undefined) res.shouldKeepAlive = false;
         const body = announcesBody(req);
         timeouts.arm(socket, req, res, body);
         if (body) closeEarlyAnswer(socket, req, res);

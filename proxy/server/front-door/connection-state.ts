@@ -78,6 +78,13 @@ export function beginRequest(state: ConnectionState, req: IncomingMessage, res: 
     state.res = undefined;
     const next = state.waiting?.shift();
     if (next === undefined) return;
+    // An answer that closed the connection (`Connection: close`: an early answer, a drain, an
+    // HTTP/1.0 request with Transfer-Encoding) ends what it serves: the requests pipelined behind it
+    // are never processed (RFC 9112 §9.6), their client gets no answer to them and may send them again.
+    if (!res.shouldKeepAlive) {
+      state.waiting = undefined;
+      return;
+    }
     if (state.waiting!.length === 0) {
       state.waiting = undefined;
       req.socket.resume();
