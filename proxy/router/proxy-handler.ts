@@ -42,6 +42,12 @@ import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
 import { type ClosableTarget, createUpstreamTargets } from './upstream-targets.ts';
 import { LogBudget } from '../../lib/log-budget.ts';
 
+/**
+ * An `Expect` asking for `100 Continue`, as node:http's server reads it (its `continueExpression`):
+ * every request it hands over as `checkContinue` waits for a 100 only the gateway can give.
+ */
+const CONTINUE_EXPECTED = /(?:^|\W)100-continue(?:$|\W)/i;
+
 /** Lines per minute for the router's own shortage of descriptors or ports (docs/router.md). */
 export const OWN_FAILURE_LOG = { linesPerInterval: 5, intervalMs: 60_000 } as const;
 
@@ -311,7 +317,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       // request's (RFC 9110 §15.2: no 1xx to an HTTP/1.0 client).
       const expectsContinue =
         typeof headers.expect === 'string' &&
-        headers.expect.toLowerCase() === '100-continue' &&
+        CONTINUE_EXPECTED.test(headers.expect) &&
         !(req.httpVersionMajor === 1 && req.httpVersionMinor === 0);
       const list = buildUpstreamHeaders(
         {

@@ -233,6 +233,24 @@ describe('router: HTTP/1.1 framing a gateway could read otherwise', () => {
   });
 });
 
+describe('router: Expect: 100-continue', () => {
+  it('an Expect that lists 100-continue with another value gets its 100 Continue from the gateway', async () => {
+    const socket = await connect('http/1.1');
+    let text = '';
+    socket.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    socket.write(
+      `PUT /api/v1/repositories/r/artifacts/listed HTTP/1.1\r\n${host()}Authorization: Bearer ${key}\r\n` +
+        `Content-Type: application/octet-stream\r\nExpect: 100-continue, x-other\r\nContent-Length: 2\r\n\r\n`,
+    );
+    // node:http hands this request over waiting for a 100 (a client waits for it before its body).
+    await waitUntil(() => text.startsWith('HTTP/1.1 100 Continue\r\n\r\n'), { what: 'the 100 Continue' });
+    socket.write('ab');
+    await waitUntil(() => readAnswers(text).length === 2, { what: 'the answer' });
+    socket.destroy();
+    expect(readAnswers(text).map((a) => a.status)).toEqual([100, 201]);
+  });
+});
+
 describe('an answer that closes the connection', () => {
   /** Sends `bytes` on a plain connection straight to the gateway; resolves with all it got, once it closed. */
   function toGateway(bytes: string): Promise<string> {
