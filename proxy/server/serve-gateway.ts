@@ -46,6 +46,7 @@ import { connectionShare, type WorkerInstance, type WorkerView } from '../worker
 import { createRemoteTransfers, type RemoteTransfers } from '../workers/remote-transfers.ts';
 import { remoteCounterStore } from '../workers/remote-counter-store.ts';
 import { type InstanceLease, joinInstanceLease } from '../workers/instance-lease.ts';
+import { bounded, CloseDeadline, CLOSE_STEPS_MS } from './close-steps.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -354,36 +355,27 @@ async function finish(
   code: number,
   coordinator?: Coordinator,
 ): Promise<number> {
+  let deadline = new CloseDeadline(CLOSE_STEPS_MS);
   try {
     for (const hook of services?.preClose ?? []) await hook();
     if (server) await server.close(config.shutdownTimeoutMs);
-    for (const hook of services?.onClose ?? []) await bounded(hook(), CLOSE_STEP_MS, 'a close hook', log);
+    deadline = new CloseDeadline(CLOSE_STEPS_MS);
+    for (const hook of services?.onClose ?? []) await bounded(hook(), deadline.remainingMs(), 'a close hook', log);
   } catch (err) {
     log.error({ err }, 'shutdown step failed');
   }
-  await bounded(coordinator?.close(), CLOSE_STEP_MS, 'the lease connection', log);
-  if (database) await bounded(database.close(), CLOSE_STEP_MS, 'the database pool', log);
+  await bounded(coordinator?.close(), deadline.remainingMs(), 'the lease connection', log);
+  // An embedded PostgreSQL is this process's child: its stop gets a bound of its own, so a step
+  // that used up the deadline does not leave it running. An external one's pool is only sockets.
+  if (database)
+    await bounded(
+      database.close(),
+      database.embedded ? CLOSE_STEPS_MS : deadline.remainingMs(),
+      'the database pool',
+      log,
+    );
   log.info({ code }, 'stopped');
   return code;
-}
-
-/** Longest wait for one close step: a blackholed database link would otherwise hold shutdown forever. */
-const CLOSE_STEP_MS = 5000;
-
-// biome-ignore lint/suspicious/noConfusingVoidType: close hooks may be synchronous (return void)
-async function bounded(step: Promise<unknown> | void, ms: number, what: string, log: Logger): Promise<void> {
-  if (!step) return;
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), ms)));
-  const outcome = await Promise.race([
-    step.then(
-      () => 'done' as const,
-      () => 'done' as const,
-    ),
-    timedOut,
-  ]);
-  clearTimeout(timer);
-  if (outcome === 'timeout') log.warn({ step: what, waitedMs: ms }, `closing ${what} did not finish; leaving it`);
 }
 
 /** A gateway of one process as the one worker of its instance. */

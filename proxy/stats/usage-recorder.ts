@@ -52,7 +52,7 @@ export interface UsageStatus {
 
 /** A flush that has not finished by then is abandoned: its connection is ended and it counts as failed. */
 export const FLUSH_TIMEOUT_MS = 15_000;
-/** stop() waits this long at most (under the gateway's 5 s bound on each close step). */
+/** stop() waits this long at most (under the 5 s its gateway's close steps share; it is the first: proxy/server/close-steps.ts). */
 export const STOP_BOUND_MS = 4_000;
 
 export interface UsageRecorderDeps {
