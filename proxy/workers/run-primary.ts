@@ -23,6 +23,7 @@ import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
 import { waitForDatabaseAtStartup } from '../server/database.ts';
 import { openCoordinator } from '../server/lease-coordinator.ts';
 import { CacheDirClaim, usesSliceCache } from '../server/cache-dir-claim.ts';
+import { bounded, CLOSE_STEPS_MS } from '../server/close-steps.ts';
 import { checkPortFree, prepareDataDir } from '../server/startup-checks.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { ConsoleSessions, consoleSessionOptions } from '../console/sessions.ts';
@@ -113,6 +114,8 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
     closing: () => host.close(),
     describe: () => ({ heldSlotsLeft: host.heldSlots }),
   });
-  await coordinator.close();
+  // Its workers have stopped; the lease connection's close may wait on a database that never
+  // answers (proxy/server/close-steps.ts).
+  await bounded(coordinator.close(), CLOSE_STEPS_MS, 'the lease connection', log);
   return code;
 }
