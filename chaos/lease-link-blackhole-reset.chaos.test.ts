@@ -53,8 +53,8 @@ describe('blackhole and reset on the lease link', () => {
     expect(logTimeMs(fenced)).toBeLessThanOrEqual(row.renewedAtMs + PERMIT_MS + 2000);
     // The renewals went into the hole and were retried there; none was ever answered.
     expect(reader.logs()).not.toContain('lease renewal failed');
-    // Stopping while the hole lasts waits on pool queries that never return (see docs/chaos.md);
-    // removing the toxic closes the connections it held, as the real toxiproxy does.
+    // A stop while the hole lasts is chaos/sigterm-database-blackhole.chaos.test.ts's; this one checks
+    // the fenced reader's clean stop once the toxic is gone (which closes the connections it held).
     await expectFencedAliveAndStoppable(reader, () => toxic.remove());
   }, 60_000);
 
