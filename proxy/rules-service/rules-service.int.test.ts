@@ -13,7 +13,7 @@ import { loadOpenApiDocument, undescribedResponses } from '../openapi/contract.t
 import { RULES_SERVICE_OPENAPI_PATH } from '../openapi/rules-service-contract.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
-import { CLI, ROOT, runCli, makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { CLI, type GatewayProcess, ROOT, runCli, makeTempDir, startGateway } from '../../test/support/gateway.ts';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
@@ -137,6 +137,21 @@ async function rulesServiceCount(gatewayUrl: string, result: string): Promise<nu
     .split('\n')
     .filter((l) => l.startsWith('arkvory_rate_limit_rules_service_requests_total{') && l.includes(`result="${result}"`))
     .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+}
+
+/**
+ * The gateway's line saying a rules-service answer was unusable. The counter moves before pino's
+ * line has crossed the stdout pipe: waits for the line.
+ */
+function unusableAnswerLine(gw: GatewayProcess): Promise<Record<string, unknown>> {
+  return vi.waitFor(
+    () => {
+      const line = gw.logLines().find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
+      if (!line) throw new Error('no "rules service answer unusable" log line yet');
+      return line;
+    },
+    { timeout: 5_000, interval: 50 },
+  );
 }
 
 const capRule = (name: string, limit: number) => ({
@@ -367,17 +382,7 @@ describe('external rules service (Phase 3) with real processes', () => {
       expect(res.status).toBe(200);
       expect(res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
       expect(await rulesServiceCount(gw.url, 'invalid')).toBe(1);
-      // The counter moves before pino's line has crossed the stdout pipe: wait for the line.
-      const warning = await vi.waitFor(
-        () => {
-          const line = gw
-            .logLines()
-            .find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
-          if (!line) throw new Error('no "rules service answer unusable" log line yet');
-          return line;
-        },
-        { timeout: 5_000, interval: 50 },
-      );
+      const warning = await unusableAnswerLine(gw);
       expect(warning).toMatchObject({ result: 'invalid', code: 'rules_service_invalid', limiter: 'gateway_request' });
       expect(String((warning!.problems as string[])[0])).toMatch(/action must be one of limit, log, skip/);
     } finally {
@@ -402,16 +407,7 @@ describe('external rules service (Phase 3) with real processes', () => {
         expect(res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
       }
       expect(await rulesServiceCount(gw.url, 'invalid')).toBeGreaterThanOrEqual(1);
-      const warning = await vi.waitFor(
-        () => {
-          const line = gw
-            .logLines()
-            .find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
-          if (!line) throw new Error('no "rules service answer unusable" log line yet');
-          return line;
-        },
-        { timeout: 5_000, interval: 50 },
-      );
+      const warning = await unusableAnswerLine(gw);
       expect(warning).toMatchObject({ result: 'invalid', code: 'rules_service_invalid' });
       expect(JSON.stringify(warning.err)).toMatch(/longer than 1048576 bytes/);
     } finally {
