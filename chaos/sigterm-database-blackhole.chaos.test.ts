@@ -17,6 +17,7 @@ import { type GatewayProcess, startGateway } from '../test/support/gateway.ts';
 import { waitForWorkers } from '../test/support/worker-instance.ts';
 import { chaosDatabase, useToxiproxyAndDatabase } from './support/chaos-database.ts';
 import { addLatency, addToxic, type ProxiedUpstream } from './support/toxiproxy.ts';
+import { isAlive } from '../lib/process-alive.ts';
 
 const SHUTDOWN_S = 1;
 /** How long the CLI lets lingering handles (a connection whose close was left) keep a stopped process (proxy/commands/cli.ts). */
@@ -38,15 +39,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await second?.db.drop();
 });
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** Every process under `pid` (children, their children…), from /proc. */
 async function descendants(pid: number): Promise<number[]> {
@@ -109,7 +101,7 @@ async function stopInBlackhole(
   const code = await gw.stop('SIGTERM', 2 * boundMs);
   const ms = performance.now() - startedMs;
   await waiting.settled;
-  return { code, ms: Math.round(ms), left: family.filter(alive) };
+  return { code, ms: Math.round(ms), left: family.filter(isAlive) };
 }
 
 describe('SIGTERM while the database link is a blackhole', () => {

@@ -18,7 +18,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, problemLines, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { freeLoopbackPort, processEnv } from '../../test/harness/index.ts';
-import { isAlive } from './embedded-database.ts';
+import { isAlive } from '../../lib/process-alive.ts';
 
 const MiB = 1024 * 1024;
 const db = useTestDatabase();

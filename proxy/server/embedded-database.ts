@@ -12,6 +12,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { freeLoopbackPort } from '../../lib/free-port.ts';
+import { isAlive } from '../../lib/process-alive.ts';
 import { initialiseCluster, postgresBinaries } from './embedded-initdb.ts';
 import { postgresEnvironment, postgresIds } from './postgres-account.ts';
 
@@ -21,16 +22,6 @@ export interface EmbeddedDatabase {
   /** Resolves if the server exits without having been asked to stop (killed, crashed). */
   readonly lost: Promise<void>;
   stop(): Promise<void>;
-}
-
-/** Whether a process with this id exists (signal 0 checks without sending anything). */
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**

@@ -15,6 +15,7 @@ import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
 import { waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
+import { isAlive } from '../../lib/process-alive.ts';
 
 const KiB = 1024;
 const CHUNK = 64 * KiB;
@@ -25,15 +26,6 @@ beforeAll(async () => {
   await createRepository(db.pool, 'cd');
   ({ key } = await createServiceAccount(db.pool, { grants: { cd: 'write' } }));
 });
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 describe('a writer instance whose coordinating process is killed', () => {
   it('its workers exit at once, and an upload whose body was still arriving publishes nothing', async () => {
@@ -70,7 +62,7 @@ describe('a writer instance whose coordinating process is killed', () => {
     await sleep(500);
     gw.child.kill('SIGKILL');
     // Node's cluster ends a worker whose primary is gone as soon as its channel closes.
-    await waitUntil(() => workers.every((pid) => !alive(pid)), { what: 'both workers to exit', timeoutMs: 15_000 });
+    await waitUntil(() => workers.every((pid) => !isAlive(pid)), { what: 'both workers to exit', timeoutMs: 15_000 });
     rest.resolve();
     const outcome = await upload;
     await client.destroy();

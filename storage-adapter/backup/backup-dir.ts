@@ -4,6 +4,7 @@ import { readdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fsyncDirectory } from '../../lib/fs-sync.ts';
+import { isAlive } from '../../lib/process-alive.ts';
 import { blobRelativePath } from '../paths.ts';
 import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
 
@@ -107,15 +108,6 @@ export async function completeBackups(destination: string): Promise<string[]> {
 
 function looksComplete(dir: string): boolean {
   return existsSync(path.join(dir, MANIFEST_FILE)) && existsSync(path.join(dir, DATABASE_FILE));
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**
