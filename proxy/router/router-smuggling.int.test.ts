@@ -44,6 +44,8 @@ beforeAll(async () => {
       ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
       ARKVORY_TLS_CERT_FILE: certificate.certFile,
       ARKVORY_TLS_KEY_FILE: certificate.keyFile,
+      // Every request line: its 4xx ones past their budget go to debug, as the gateway's faults do.
+      ARKVORY_LOG_LEVEL: 'debug',
     },
     // The harness waits over plain HTTP: ready once a proxied request is answered over TLS.
     waitFor: 'none',
