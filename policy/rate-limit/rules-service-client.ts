@@ -1,14 +1,15 @@
 /**
  * The HTTP transport to a rules service (undici): `POST <url>/api/v1/rules/query` with the query as
  * JSON, on one keep-alive pool. A 200 with a JSON body resolves; anything else rejects with a
- * `RulesServiceError` (`error`, or `invalid` for a body that is not JSON or is longer than
- * `RULES_ANSWER_MAX_BYTES`). The caller's timeout (remote-rules.ts) bounds the wait;
+ * `RulesServiceError` (`error`, or `invalid` for a body that is not JSON, nests deeper than
+ * MAX_JSON_DEPTH or is longer than `RULES_ANSWER_MAX_BYTES`). The caller's timeout (remote-rules.ts) bounds the wait;
  * `headersTimeout`/`bodyTimeout` here stop a stuck socket. The byte bound stops a service that sends
  * a huge answer fast: without it the whole body was buffered and parsed, in every gateway process,
  * once per concurrent miss.
  * undici is loaded with the first query: a gateway without a rules service never loads it.
  */
 import type { Pool } from 'undici';
+import { JsonTooDeepError, parseBoundedJson } from '../../lib/bounded-json.ts';
 import { RulesServiceError, type RulesTransport } from './remote-rules.ts';
 
 export const RULES_QUERY_PATH = '/api/v1/rules/query';
@@ -94,8 +95,15 @@ export function createRulesServiceClient(options: {
       }
       const text = Buffer.concat(chunks, bytes).toString('utf8');
       try {
-        return JSON.parse(text) as unknown;
+        // Bounded before validation: its messages quote values, and a value thousands of levels
+        // deep overflowed the stack there, counted as `error` instead of the service's `invalid`.
+        return parseBoundedJson(text);
       } catch (err) {
+        if (err instanceof JsonTooDeepError)
+          throw new RulesServiceError(
+            'invalid',
+            `rules service answer nests arrays and objects deeper than ${err.maxDepth} levels`,
+          );
         throw new RulesServiceError('invalid', 'rules service answer is not JSON', { cause: err });
       }
     },

@@ -23,6 +23,18 @@ describe('readJsonBody', () => {
     await expect(readJsonBody(body('{"a":["ok","\\u0000"]}'))).rejects.toMatchObject({ code: 'invalid_request' });
   });
 
+  it('refuses JSON nested deeper than 64 levels as invalid_request, saying so, at any depth the size bound lets through', async () => {
+    for (const depth of [65, 2_000, 30_000]) {
+      const deep = `{"ttl_s":${'['.repeat(depth)}${']'.repeat(depth)}}`;
+      await expect(readJsonBody(body(deep))).rejects.toMatchObject({
+        code: 'invalid_request',
+        message: 'The body nests arrays and objects deeper than 64 levels; no route takes such a body.',
+      });
+    }
+    const within = `{"a":${'['.repeat(63)}${']'.repeat(63)}}`;
+    expect(Object.keys(await readJsonBody(body(within)))).toEqual(['a']);
+  });
+
   it('refuses a body past the bound with 413, by its Content-Length before reading, and never destroys the request (its 413 must reach the client)', async () => {
     const declared = Object.assign(Readable.from([Buffer.alloc(10)]), {
       headers: { 'content-type': 'application/json', 'content-length': '11' },

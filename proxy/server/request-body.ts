@@ -1,9 +1,11 @@
 import type { IncomingMessage } from 'node:http';
+import { JsonTooDeepError, MAX_JSON_DEPTH, parseBoundedJson } from '../../lib/bounded-json.ts';
 import { GatewayError } from './errors.ts';
 
 /**
- * Reads a small JSON request body (admin routes, a multipart completion); larger than `maxBytes` →
- * 413, bad JSON → 400. A body past the bound is refused by its Content-Length before it is read,
+ * Reads a small JSON request body (every route that takes one: admin, console, the rules service, a
+ * multipart completion, a presign); larger than `maxBytes` → 413, bad JSON or JSON nested deeper than
+ * MAX_JSON_DEPTH → 400 (lib/bounded-json.ts: checked on the text, before anything walks the value). A body past the bound is refused by its Content-Length before it is read,
  * else once it crosses; the request is left undestroyed either way, so the 413 reaches the client
  * (the front door discards the rest and closes: lingering-close.ts) instead of a reset.
  */
@@ -25,11 +27,16 @@ export async function readJsonBody(req: IncomingMessage, maxBytes = 64 * 1024): 
   let hasNul = false;
   try {
     // PostgreSQL text cannot hold U+0000: refused here as the client's error, not a 500 later.
-    value = JSON.parse(Buffer.concat(chunks).toString('utf8'), (key, v: unknown) => {
+    value = parseBoundedJson(Buffer.concat(chunks).toString('utf8'), (key, v: unknown) => {
       if (key.includes('\0') || (typeof v === 'string' && v.includes('\0'))) hasNul = true;
       return v;
     });
-  } catch {
+  } catch (err) {
+    if (err instanceof JsonTooDeepError)
+      throw new GatewayError(
+        'invalid_request',
+        `The body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels; no route takes such a body.`,
+      );
     throw new GatewayError('invalid_request', 'The body is not valid JSON.');
   }
   if (hasNul) throw new GatewayError('invalid_request', 'JSON strings may not contain U+0000.');
