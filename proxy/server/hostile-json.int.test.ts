@@ -3,7 +3,7 @@
  * real reference rules service (`arkvory rules-service serve`), and as a rules service's answer
  * (a real nginx answers for the service: a service of one's own may answer anything). Each is
  * refused as the sender's fault (400 `invalid_request` naming the bound; `invalid` for an answer),
- * never an error line.
+ * never an error line; a body over its route's bound sent chunked is a documented 413.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -48,7 +48,7 @@ async function send(url: string, key: string, method: string, body: string) {
 }
 
 describe('JSON nested thousands of levels deep', () => {
-  it('is a 400 invalid_request naming the bound on admin, publish, multipart and presign routes', async () => {
+  it('is a 400 invalid_request naming the bound on admin, publish, multipart and presign routes; a chunked body over the bound is 413', async () => {
     await createRepository(db.pool, 'deep');
     const admin = await createServiceAccount(db.pool, {
       scopes: ['read', 'write', 'admin'],
@@ -76,6 +76,15 @@ describe('JSON nested thousands of levels deep', () => {
         status: 400,
         body: expect.objectContaining({ code: 'invalid_request', message: TOO_DEEP }),
       });
+    // Sent chunked (no Content-Length): refused once it crosses 64 KiB, and answered 413 as documented.
+    const res = await fetch(`${gw.url}/api/v1/admin/principals`, {
+      method: 'POST',
+      headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+      body: new Blob([`{"name":"${'x'.repeat(70 * 1024)}"}`]).stream(),
+      duplex: 'half',
+    } as RequestInit);
+    expect(res.status).toBe(413);
+    expect(((await res.json()) as { code: string }).code).toBe('payload_too_large');
     expect(errorLines(gw)).toEqual([]);
   });
 
