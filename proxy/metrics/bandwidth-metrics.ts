@@ -4,11 +4,16 @@ import type { BandwidthSnapshot } from '../../policy/bandwidth/index.ts';
 import { counter, gauge } from './families.ts';
 
 const DIRECTIONS = ['download', 'upload'] as const;
+const NONE_UNANSWERED = { download: 0, upload: 0 } as const;
 
-/** Registers the bandwidth families of `governors` (one per process). */
+/**
+ * Registers the bandwidth families of `governors` (one per process); `unanswered`, a worker's takes
+ * failed because its coordinating process stopped answering (none elsewhere).
+ */
 export function registerBandwidthMetrics(
   registry: Registry,
   governors: Readonly<Record<'download' | 'upload', { snapshot(): BandwidthSnapshot }>>,
+  unanswered: Readonly<Record<'download' | 'upload', number>> = NONE_UNANSWERED,
 ): void {
   const eachDirection = (metric: Counter | Gauge, read: (s: BandwidthSnapshot) => number) => {
     // Counters mirror running totals the governors keep: reset, then set to the total.
@@ -36,6 +41,10 @@ export function registerBandwidthMetrics(
   });
   counter(registry, 'arkvory_bandwidth_rejected_total', function () {
     eachDirection(this, (s) => s.rejectedBusy);
+  });
+  counter(registry, 'arkvory_bandwidth_unanswered_total', function () {
+    this.reset();
+    for (const direction of DIRECTIONS) this.inc({ direction }, unanswered[direction]);
   });
   gauge(registry, 'arkvory_bandwidth_limit_bytes_per_second', function () {
     for (const direction of DIRECTIONS) {

@@ -195,6 +195,12 @@ export const GATEWAY_METRICS = [
     help: 'Takes and meters the governor refused with busy (waiting bound or principal table full).',
   },
   {
+    name: 'arkvory_bandwidth_unanswered_total',
+    type: 'counter',
+    labels: ['direction'],
+    help: 'Paced takes a worker failed because its coordinating process did not answer a check within 2 s while they waited (stopped, stuck; ARKVORY_WORKERS above 1): each one stream answered 503 `unavailable` before its head or cut after it; 0 on a gateway of one process.',
+  },
+  {
     name: 'arkvory_bandwidth_limit_bytes_per_second',
     type: 'gauge',
     labels: ['direction', 'scope'],

@@ -44,6 +44,7 @@ import { registerSecretMetrics } from '../metrics/secret-metrics.ts';
 import type { PrivilegeReport } from './database-privileges.ts';
 import { connectionShare, type WorkerInstance, type WorkerView } from '../workers/worker-instance.ts';
 import { createRemoteTransfers, type RemoteTransfers } from '../workers/remote-transfers.ts';
+import { TAKE_CHECK_DEADLINE_MS } from '../workers/take-watch.ts';
 import { remoteCounterStore } from '../workers/remote-counter-store.ts';
 import { type InstanceLease, joinInstanceLease } from '../workers/instance-lease.ts';
 import { bounded, CloseDeadline, CLOSE_STEPS_MS } from './close-steps.ts';
@@ -164,7 +165,7 @@ async function runGateway(
     coordinator = await openCoordinator(config, database.url, log, instance ? 'worker' : 'instance');
     // A worker's lease is its instance's, held by the coordinating process (which counts its metrics).
     // One worker of several: what it reads of the instance, again before each health answer.
-    const ofInstance = instance && (await joinInstanceParts(config, instance, coordinator));
+    const ofInstance = instance && (await joinInstanceParts(config, instance, coordinator, log));
     const standing: LeaseStanding = ofInstance?.lease ?? coordinator;
     lifecycle.follow(standing, 'lease lost');
     // Fenced, a worker of a writer writes no more: a new writer may start (lib/advisory-barriers.ts).
@@ -195,7 +196,7 @@ async function runGateway(
     if ('local' in transfers) {
       // The instance's governors and queue report from the coordinating process; this worker's
       // own governors count only the streams no ceiling applies to.
-      registerBandwidthMetrics(metrics.registry, transfers.local);
+      registerBandwidthMetrics(metrics.registry, transfers.local, transfers.unanswered);
       instance?.link.handle('metrics.json', () => metrics.registry.getMetricsAsJSON());
     } else {
       registerBandwidthMetrics(metrics.registry, transfers.governors);
@@ -341,9 +342,16 @@ async function joinInstanceParts(
   config: Config,
   instance: WorkerInstance,
   own: Coordinator,
+  log: Logger,
 ): Promise<{ lease: InstanceLease; transfers: RemoteTransfers }> {
   const lease = await joinInstanceLease(instance.link, own);
-  return { lease, transfers: createRemoteTransfers(config, systemClock, lease, instance.link) };
+  // Once per silence, not per stream: each failed stream has its own request line.
+  const onSilent = (takes: number) =>
+    log.warn(
+      { code: 'coordinator_unanswered', takes, deadlineMs: TAKE_CHECK_DEADLINE_MS },
+      'the coordinating process did not answer; the paced streams waiting on it fail',
+    );
+  return { lease, transfers: createRemoteTransfers(config, systemClock, lease, instance.link, systemTimers, onSilent) };
 }
 
 async function finish(

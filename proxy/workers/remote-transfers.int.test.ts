@@ -4,11 +4,14 @@
  * process is stopped (SIGSTOP), and a download on each worker is answered 503 `unavailable` after the
  * admission wait bound plus its margin, not held until the client's idle timeout cuts it. Once the
  * coordinating process runs again the instance serves as before, and the slots it granted to the
- * requests that gave up meanwhile are released (docs/architecture.md, "Workers").
+ * requests that gave up meanwhile are released (docs/architecture.md, "Workers"). A paced download
+ * and upload under way on each worker are failed within 3 s of the stop (take-watch.ts) rather than
+ * held for as long as it lasts, and counted.
  */
+import { PassThrough } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from 'undici';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -111,3 +114,153 @@ describe('admission of a worker whose coordinating process is stopped', () => {
     }
   });
 });
+
+/** The paced ceilings of the second test: a download of `PACED_BYTES` lasts about 16 s. */
+const PACED_RATE = 64 * 1024;
+const PACED_BYTES = 1024 * 1024;
+/**
+ * Far above when a take waiting on a stopped coordinating process fails (within 3 s: a check every
+ * second, each answered within 2 s) and far below the idle timeouts (60 s), which the pacing
+ * exempts anyway: on the old code the streams are still held here.
+ */
+const TAKE_BOUND_MS = 6000;
+
+describe('paced streams of a worker whose coordinating process is stopped', () => {
+  const db = useTestDatabase();
+  const clients: Client[] = [];
+  let primary: number | undefined;
+  let gw: GatewayProcess | undefined;
+  afterEach(async () => {
+    // Never leave the coordinating process stopped, whatever failed.
+    if (primary !== undefined) {
+      try {
+        process.kill(primary, 'SIGCONT');
+      } catch {}
+    }
+    for (const client of clients.splice(0)) await client.destroy();
+    await gw?.stop();
+    gw = undefined;
+    primary = undefined;
+  });
+
+  it('a download under way is cut and an upload under way is 503 unavailable within the bound, each counted', async () => {
+    await createRepository(db.pool, 'pc');
+    // Uploads paced by their repository's ceiling, so the download stored first is not.
+    await createRepository(db.pool, 'pu');
+    await db.pool.query("UPDATE arkvory_repositories SET upload_bytes_per_second = $1 WHERE name = 'pu'", [PACED_RATE]);
+    const { key } = await createServiceAccount(db.pool, { grants: { pc: 'write', pu: 'write' } });
+    const content = randomContent(PACED_BYTES);
+    gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_WORKERS: '2',
+        ARKVORY_ADMISSION_WAIT_SECONDS: '1',
+        ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '300',
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(PACED_RATE),
+        ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '2',
+      },
+      timeoutMs: 60_000,
+    });
+    const instance = gw;
+    primary = gw.child.pid!;
+    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    const put = await request(`${gw.url}/api/v1/repositories/pc/artifacts/a.bin`, {
+      method: 'PUT',
+      headers: bearer(key),
+      body: content,
+    });
+    expect([200, 201]).toContain(put.status);
+    const pinned = await connectionsOnBothWorkers(gw.url, clients, 2);
+
+    // On each worker: a download whose first bytes arrived, and an upload holding its admission.
+    const downloads = await Promise.all(
+      pinned
+        .filter((_, i) => i % 2 === 0)
+        .map(async ({ client }) => {
+          const res = await client.request({
+            method: 'GET',
+            path: '/api/v1/repositories/pc/artifacts/a.bin/content',
+            headers: bearer(key),
+          });
+          expect(res.statusCode).toBe(200);
+          const chunks = res.body[Symbol.asyncIterator]();
+          await chunks.next();
+          return chunks;
+        }),
+    );
+    const uploads = pinned
+      .filter((_, i) => i % 2 === 1)
+      .map(({ client }, i) => {
+        const body = new PassThrough();
+        body.write(content.subarray(0, 16 * 1024));
+        const answer = client
+          .request({
+            method: 'PUT',
+            path: `/api/v1/repositories/pu/artifacts/up-${i}.bin`,
+            headers: { ...bearer(key), 'content-length': String(content.length) },
+            body,
+          })
+          .then(
+            async (res) => ({ status: res.statusCode, body: await res.body.text() }),
+            (err: Error) => ({ status: 0, body: err.message }),
+          );
+        return { body, answer };
+      });
+    await waitForAdmitted(instance, 'upload', 2);
+
+    process.kill(primary, 'SIGSTOP');
+    const startedAt = performance.now();
+    const within = <T>(p: Promise<T>, none: T) => Promise.race([p, sleep(TAKE_BOUND_MS).then(() => none)]);
+    const cut = downloads.map((chunks) =>
+      within(
+        (async () => {
+          try {
+            for (let next = await chunks.next(); !next.done; next = await chunks.next());
+            return 'complete';
+          } catch {
+            return 'cut';
+          }
+        })(),
+        'held',
+      ),
+    );
+    for (const { body } of uploads) body.write(content.subarray(16 * 1024, 256 * 1024));
+    const refused = uploads.map(({ answer }) => within(answer, { status: -1, body: 'held' }));
+    const outcomes = { downloads: await Promise.all(cut), uploads: await Promise.all(refused) };
+    const tookMs = performance.now() - startedAt;
+    process.kill(primary, 'SIGCONT');
+    for (const { body } of uploads) body.destroy();
+
+    expect({ downloads: outcomes.downloads, uploads: outcomes.uploads.map((u) => u.status) }).toEqual({
+      downloads: ['cut', 'cut'],
+      uploads: [503, 503],
+    });
+    for (const upload of outcomes.uploads) {
+      expect(JSON.parse(upload.body)).toMatchObject({ code: 'unavailable' });
+      expect(upload.body).toMatch(/bandwidth/);
+    }
+    expect(tookMs).toBeLessThan(TAKE_BOUND_MS);
+
+    // Resumed, the instance counts the four streams failed (two per direction) and serves again.
+    const fresh = await requestRetried(instance, `${instance.url}/metrics`);
+    const text = fresh.body.toString();
+    expect(text).toMatch(/^arkvory_bandwidth_unanswered_total\{direction="download"\} 2$/m);
+    expect(text).toMatch(/^arkvory_bandwidth_unanswered_total\{direction="upload"\} 2$/m);
+    const again = await request(`${instance.url}/api/v1/repositories/pc/artifacts/a.bin/content`, {
+      headers: { ...bearer(key), range: 'bytes=0-1023' },
+    });
+    expect(again.status).toBe(206);
+  });
+});
+
+/** Waits until the instance counts `count` admitted transfers of `kind`. */
+async function waitForAdmitted(gw: GatewayProcess, kind: 'download' | 'upload', count: number): Promise<void> {
+  const deadline = performance.now() + 10_000;
+  for (;;) {
+    const text = (await requestRetried(gw, `${gw.url}/metrics`)).body.toString();
+    const line = new RegExp(`^arkvory_admission_active\\{kind="${kind}"\\} (\\d+)$`, 'm').exec(text);
+    if (line && Number(line[1]) >= count) return;
+    if (performance.now() > deadline) throw new Error(`never ${count} ${kind}s admitted`);
+    await sleep(50);
+  }
+}

@@ -23,6 +23,8 @@ import {
 import { channelPair } from '../../test/support/ipc-channel.ts';
 import { PolicyHost } from './policy-host.ts';
 import { ADMISSION_DEADLINE_MARGIN_MS, createRemoteTransfers, HOLD_DEADLINE_MS } from './remote-transfers.ts';
+import { PING } from './start-calls.ts';
+import { TAKE_CHECK_DEADLINE_MS, TAKE_CHECK_INTERVAL_MS } from './take-watch.ts';
 
 const config = unpacedConfig();
 
@@ -43,10 +45,14 @@ function instance(options: { configured?: typeof config; maxLateCalls?: number }
     ? createBandwidthGovernors({ clock, timers }, governorCeilings(cfg))
     : governors;
   const host = new PolicyHost({ admission, governors: instanceGovernors, lease });
-  host.attach(new Link(channels.primary));
+  const primary = new Link(channels.primary);
+  host.attach(primary);
+  // As the supervisor does on every worker's link.
+  primary.handle(PING, () => undefined);
   const link = new Link(channels.worker, options.maxLateCalls ? { maxLateCalls: options.maxLateCalls } : {});
-  const transfers = createRemoteTransfers(cfg, clock, lease, link, timers);
-  return { timers, channels, admission, host, link, transfers, governors: instanceGovernors };
+  const silences: number[] = [];
+  const transfers = createRemoteTransfers(cfg, clock, lease, link, timers, (takes) => silences.push(takes));
+  return { timers, channels, admission, host, link, transfers, governors: instanceGovernors, silences };
 }
 
 /** The call still waits 1 ms before `deadlineMs`, and is 503 `unavailable` (retry after 1 s) at it, no timer left. */
@@ -207,5 +213,61 @@ describe('a worker’s paced streams through a changed ceiling', () => {
     running = false;
     instanceGovernors.download.close();
     await Promise.allSettled([old, lowered]);
+  });
+});
+
+/** Moves the hand-moved clock `ms` in steps of 10 ms, each followed by a round trip over the link. */
+async function run(timers: ManualTimers, ms: number): Promise<void> {
+  for (let at = 0; at < ms; at += 10) {
+    await timers.advance(10);
+    await roundTrip();
+  }
+}
+
+describe('a worker’s paced takes when the coordinating process does not answer', () => {
+  it('a waiting take fails 503 unavailable once a check goes unanswered, within the interval plus the deadline, once logged and counted', async () => {
+    const { timers, channels, transfers, silences } = instance({ configured: paced });
+    const meter = transfers.meter('download', 'p', 1);
+    await meter.take(65_536);
+    channels.stop();
+    const asked = [track(meter.take(65_536)), track(transfers.meter('download', 'q', 1).take(4096))];
+    await run(timers, TAKE_CHECK_INTERVAL_MS + TAKE_CHECK_DEADLINE_MS - 10);
+    expect(asked.map((a) => a.seen)).toEqual(['waiting', 'waiting']);
+    expect(meter.waiting).toBe(true);
+    await run(timers, 10);
+    expect(asked.map((a) => a.seen)).toEqual(['unavailable', 'unavailable']);
+    expect(asked[0]!.error).toMatchObject({ headers: { 'retry-after': '1' } });
+    expect(meter.waiting).toBe(false);
+    expect(transfers.unanswered).toEqual({ download: 2, upload: 0 });
+    expect(silences).toEqual([2]);
+
+    // Resumed, the instance paces again; nothing more fails and no check is left waiting.
+    channels.resume();
+    await run(timers, 100);
+    const again = track(transfers.meter('download', 'p', 1).take(4096));
+    await run(timers, TAKE_CHECK_INTERVAL_MS * 5);
+    expect(again.seen).toBe('granted');
+    expect(silences).toEqual([2]);
+    await run(timers, TAKE_CHECK_INTERVAL_MS);
+    expect(timers.size).toBe(0);
+  });
+
+  it('a take a healthy governor holds far longer than the deadline waits for its bytes: the coordinating process answers each check', async () => {
+    const { timers, transfers, governors: instanceGovernors, channels } = instance({ configured: paced });
+    const meter = transfers.meter('download', 'p', 1);
+    await meter.take(65_536);
+    // No refill at all: the take waits for as long as the ceiling says, here until it is set again.
+    instanceGovernors.download.setRate(0);
+    const held = track(meter.take(65_536));
+    await run(timers, 10 * (TAKE_CHECK_INTERVAL_MS + TAKE_CHECK_DEADLINE_MS));
+    expect(held.seen).toBe('waiting');
+    expect(transfers.unanswered).toEqual({ download: 0, upload: 0 });
+    // One check a second, each answered: not one per take or per turn.
+    const pings = channels.writes.worker.filter((m) => JSON.stringify(m).includes(`"op":"${PING}"`));
+    expect(pings.length).toBeGreaterThanOrEqual(29);
+    expect(pings.length).toBeLessThanOrEqual(31);
+    instanceGovernors.download.setRate(1_048_576);
+    await run(timers, 100);
+    expect(held.seen).toBe('granted');
   });
 });

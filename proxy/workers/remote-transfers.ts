@@ -10,8 +10,12 @@
  * plus `ADMISSION_DEADLINE_MARGIN_MS`, and a repository's transfer, answered at once there, at most
  * `HOLD_DEADLINE_MS`; either is then 503 `unavailable`, and what is granted after that goes back at
  * once. A paced take has no deadline of its own: a healthy governor may hold it as long as its
- * ceilings say, and the client's idle timeout (send or body) already cuts a stream that moves no byte,
- * which aborts the take.
+ * ceilings say, and the idle timeouts leave a stream whose take waits be (front-door/pacing.ts). So
+ * while takes wait, the worker checks that the coordinating process answers (take-watch.ts): one
+ * silent for `TAKE_CHECK_DEADLINE_MS` fails each waiting take with `unavailable` (its stream 503
+ * before the head, cut after it), at most `TAKE_CHECK_INTERVAL_MS` + `TAKE_CHECK_DEADLINE_MS` after
+ * it stood still; `unanswered` counts them. A quantum it grants as the worker gives up stays spent
+ * (a bucket never refunds): at most one per stream, which errs on the slow side.
  */
 import type { Release, TransferKind } from '../../policy/admission/index.ts';
 import {
@@ -29,6 +33,7 @@ import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { askInstance } from './instance-reads.ts';
 import type { Link } from './link.ts';
 import type { AdmitRequest, HoldRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
+import { TakeWatch } from './take-watch.ts';
 
 export interface RemoteTransfers extends Transfers {
   /** This worker's own governors: the unlimited streams' counts, for the instance's /metrics sum. */
@@ -38,6 +43,8 @@ export interface RemoteTransfers extends Transfers {
    * `unavailable` past `READ_DEADLINE_MS` (instance-reads.ts), the last one read staying shown.
    */
   refresh(): Promise<void>;
+  /** Takes failed, by direction, because the coordinating process stopped answering while they waited (take-watch.ts). */
+  readonly unanswered: Readonly<Record<'download' | 'upload', number>>;
 }
 
 /**
@@ -57,6 +64,8 @@ export function createRemoteTransfers(
   standing: LeaseStanding,
   link: Link,
   timers: Timers = systemTimers,
+  /** Told once per silence of the coordinating process how many waiting takes it failed. */
+  onSilent?: (takes: number) => void,
 ): RemoteTransfers {
   // Everything a Transfers does that needs no shared state (ceilings, the live list) is the local
   // implementation's; its admission queue and repository bounds are never used.
@@ -74,6 +83,8 @@ export function createRemoteTransfers(
   };
   let closed = false;
   const waits = new Set<AbortController>();
+  const watch = new TakeWatch(link, timers, onSilent);
+  const unansweredTakes = { download: 0, upload: 0 };
   const release = (id: number, op = 'release'): Release => {
     let held = true;
     return () => {
@@ -85,6 +96,7 @@ export function createRemoteTransfers(
   return {
     ...base,
     local,
+    unanswered: unansweredTakes,
     governors: {
       download: { snapshot: (): BandwidthSnapshot => latest.download },
       upload: { snapshot: (): BandwidthSnapshot => latest.upload },
@@ -154,9 +166,18 @@ export function createRemoteTransfers(
           const request: TakeRequest = { direction, principalId, weight, ceilings: list, bytes, opens, tag };
           opens = false;
           waiting = true;
+          const watched = watch.watch();
           try {
-            tag = await link.call<number>('take', request, signal);
+            tag = await link.call<number>(
+              'take',
+              request,
+              signal ? AbortSignal.any([signal, watched.signal]) : watched.signal,
+            );
+          } catch (err) {
+            if (watched.signal.aborted && err === watched.signal.reason) unansweredTakes[direction]++;
+            throw err;
           } finally {
+            watched.done();
             waiting = false;
           }
         },
@@ -171,6 +192,7 @@ export function createRemoteTransfers(
     },
     close() {
       closed = true;
+      watch.close();
       for (const waiting of waits) waiting.abort(new PolicyError('unavailable'));
       base.close();
     },
