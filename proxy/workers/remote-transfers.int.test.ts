@@ -6,7 +6,8 @@
  * coordinating process runs again the instance serves as before, and the slots it granted to the
  * requests that gave up meanwhile are released (docs/architecture.md, "Workers"). A paced download
  * and upload under way on each worker are failed within 3 s of the stop (take-watch.ts) rather than
- * held for as long as it lasts, and counted.
+ * held for as long as it lasts, and counted; meanwhile a metadata request is still answered 200
+ * while /health/status says 503.
  */
 import { PassThrough } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -225,9 +226,16 @@ describe('paced streams of a worker whose coordinating process is stopped', () =
       ),
     );
     for (const { body } of uploads) body.write(content.subarray(16 * 1024, 256 * 1024));
+    // Meanwhile what needs none of the coordinating process's state is still served, while the
+    // health check tells a balancer to send new requests elsewhere.
+    const meanwhile = Promise.all([
+      request(`${instance.url}/api/v1/repositories/pc/artifacts/a.bin`, { headers: bearer(key) }),
+      request(`${instance.url}/health/status`),
+    ]);
     const refused = uploads.map(({ answer }) => within(answer, { status: -1, body: 'held' }));
     const outcomes = { downloads: await Promise.all(cut), uploads: await Promise.all(refused) };
     const tookMs = performance.now() - startedAt;
+    const [metadata, health] = await meanwhile;
     process.kill(primary, 'SIGCONT');
     for (const { body } of uploads) body.destroy();
 
@@ -240,6 +248,7 @@ describe('paced streams of a worker whose coordinating process is stopped', () =
       expect(upload.body).toMatch(/bandwidth/);
     }
     expect(tookMs).toBeLessThan(TAKE_BOUND_MS);
+    expect({ metadata: metadata.status, health: health.status }).toEqual({ metadata: 200, health: 503 });
 
     // Resumed, the instance counts the four streams failed (two per direction) and serves again.
     const fresh = await requestRetried(instance, `${instance.url}/metrics`);
