@@ -6,15 +6,19 @@
  */
 
 /**
- * Headers that frame a message: never dropped for being named in `Connection`. A body whose length
- * went unsaid would run on into the next request on the kept-alive upstream connection (request
- * smuggling, answers handed to the wrong clients).
+ * Headers never dropped for being named in `Connection` (a sender must not list a header meant for
+ * every recipient, RFC 9110 §7.6.1; nginx drops no header for being listed):
+ * - the framing ones: a body whose length went unsaid would run on into the next request on the
+ *   kept-alive upstream connection (request smuggling, answers handed to the wrong clients);
+ * - `Host`: the target itself. Dropped, a GET reached the gateway with the gateway's own address
+ *   as its Host (undici fills one in) and any other request with none, which node:http answers
+ *   with a bare 400 the gateway never sees, logs or counts.
  */
-const FRAMING = new Set(['content-length', 'transfer-encoding']);
+const NEVER_NAMED = new Set(['content-length', 'transfer-encoding', 'host']);
 
 /**
- * Names a `Connection` header lists beyond `keep-alive`/`close` and the framing headers
- * (lower-case), or undefined: the usual case.
+ * Names a `Connection` header lists beyond `keep-alive`/`close` and `NEVER_NAMED` (lower-case), or
+ * undefined: the usual case.
  */
 export function connectionNamed(connection: string | string[] | undefined): ReadonlySet<string> | undefined {
   if (connection === undefined) return undefined;
@@ -26,7 +30,7 @@ export function connectionNamed(connection: string | string[] | undefined): Read
   for (const part of text.split(',')) {
     const name = part.trim().toLowerCase();
     // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: both are dropped anyway, named or not (→ true is killed)
-    if (name === '' || name === 'keep-alive' || name === 'close' || FRAMING.has(name)) continue;
+    if (name === '' || name === 'keep-alive' || name === 'close' || NEVER_NAMED.has(name)) continue;
     (named ??= new Set()).add(name);
   }
   return named;

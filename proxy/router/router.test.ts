@@ -1024,6 +1024,9 @@ describe('buildUpstreamHeaders', () => {
     // The framing headers are never dropped: a body whose length went unsaid would be smuggled.
     expect(connectionNamed('Content-Length')).toBeUndefined();
     expect(connectionNamed('content-length, Transfer-Encoding, x-z')).toEqual(new Set(['x-z']));
+    // Nor is Host: the gateway would get its own address as the target, or none at all.
+    expect(connectionNamed('close, Host')).toBeUndefined();
+    expect(connectionNamed('HOST, x-z')).toEqual(new Set(['x-z']));
   });
 
   it("puts the request id in place of the gateway's, whatever the length of the other names; none given keeps the gateway's", () => {

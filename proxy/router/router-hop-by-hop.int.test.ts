@@ -1,0 +1,152 @@
+/**
+ * Hop-by-hop abuse through a real router in front of a real gateway (its PostgreSQL), raw sockets as
+ * the client: a `Connection` header that lists end-to-end headers, so that a proxy strips them, never
+ * makes the gateway see another client address than the client's (not the router's, not one the
+ * client names), another target than the client's `Host`, or another principal. The router runs on
+ * TLS (HTTP/1.1 and HTTP/2 on one port) under a descriptor limit of its own.
+ */
+import net from 'node:net';
+import tls from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { createCertificateAuthority, issueServerCertificate, waitUntil } from '../../test/harness/index.ts';
+
+const db = useTestDatabase();
+/** The router's descriptor limit: small enough that held gateway connections would exhaust it. */
+const DESCRIPTORS = 200;
+let gateway: GatewayProcess;
+let router: GatewayProcess;
+let ca: string;
+let key: string;
+
+beforeAll(async () => {
+  await createRepository(db.pool, 'r');
+  key = (await createServiceAccount(db.pool, { grants: { r: 'write' } })).key;
+  const dir = await makeTempDir('arkvory-router-hop-');
+  const authority = await createCertificateAuthority(dir);
+  const certificate = await issueServerCertificate(authority, dir);
+  ca = authority.certPem;
+  gateway = await startGateway({
+    env: {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+      // A connection the router leaves un-ended stays open this long: well past the test.
+      ARKVORY_KEEPALIVE_TIMEOUT_SECONDS: '60',
+    },
+  });
+  router = await startGateway({
+    env: {
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: gateway.url,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
+      ARKVORY_TLS_CERT_FILE: certificate.certFile,
+      ARKVORY_TLS_KEY_FILE: certificate.keyFile,
+    },
+    wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'],
+    // The harness waits over plain HTTP: ready once a proxied request is answered over TLS.
+    waitFor: 'none',
+    timeoutMs: 60_000,
+  });
+  await waitUntil(
+    async () => (await http1(`GET /api/v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)).status === 404,
+    {
+      what: 'the TLS router to forward',
+      timeoutMs: 30_000,
+      process: router,
+      retryOnError: true,
+    },
+  );
+}, 90_000);
+
+afterAll(async () => {
+  await router?.stop('SIGTERM');
+  await gateway?.stop('SIGTERM');
+});
+
+interface Answer {
+  status: number;
+  head: string;
+  body: string;
+}
+
+/**
+ * One HTTP/1.1 request written by hand on a TLS connection of its own from 127.0.0.2 (never the
+ * router's address), `Connection: close` among what `head` lists; the answer read up to the close.
+ */
+function http1(head: string, body = ''): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    // node:tls types take no localAddress: the TCP connection is made first, from that address.
+    const tcp = net.connect({ host: '127.0.0.1', localAddress: '127.0.0.2', port: router.port });
+    const socket = tls.connect({ socket: tcp, ca, servername: 'localhost' }, () =>
+      socket.write(Buffer.from(head + body, 'latin1')),
+    );
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (d: string) => (text += d));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const end = text.indexOf('\r\n\r\n');
+      resolve({ status: Number(text.slice(9, 12)), head: text.slice(0, end), body: text.slice(end + 4) });
+    });
+  });
+}
+
+const requestIdOf = (answer: Answer) => /\r\nx-request-id: *([^\r]+)/i.exec(answer.head)?.[1];
+
+describe('a Connection header listing end-to-end headers', () => {
+  it('never changes the client address the gateway records: not the router, not one the client names', async () => {
+    const data = 'bytes';
+    const answer = await http1(
+      `PUT /api/v1/repositories/r/artifacts/addr HTTP/1.1\r\nHost: files.example\r\nAuthorization: Bearer ${key}\r\n` +
+        `X-Forwarded-For: 203.0.113.9\r\nForwarded: for=203.0.113.9\r\nContent-Length: ${data.length}\r\n` +
+        `Connection: close, X-Forwarded-For, Forwarded, X-Forwarded-Proto, X-Forwarded-Host, X-Request-Id\r\n\r\n`,
+      data,
+    );
+    expect(answer.status).toBe(201);
+    // The audit trail's source is the gateway's client address (rate limits and bans read the same).
+    const { rows } = await db.pool.query<{ source: string }>(
+      'SELECT source FROM arkvory_audit_events WHERE client_request_id = $1',
+      [requestIdOf(answer)],
+    );
+    expect(rows).toEqual([{ source: '127.0.0.2' }]);
+  });
+
+  it('never drops Host: the gateway answers for the target the client named, and its links carry it', async () => {
+    const auth = `Authorization: Bearer ${key}\r\n`;
+    const put = await http1(
+      `PUT /api/v1/repositories/r/artifacts/host HTTP/1.1\r\nHost: files.example\r\n${auth}Content-Length: 1\r\nConnection: close\r\n\r\n`,
+      'x',
+    );
+    expect(put.status).toBe(201);
+    // Dropped, the gateway got no Host over node:http: node answered a bare 400 it never logged.
+    const presign = await http1(
+      `POST /api/v1/repositories/r/artifacts/host/presign HTTP/1.1\r\nHost: files.example\r\n${auth}` +
+        `Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close, Host\r\n\r\n`,
+      '{}',
+    );
+    expect(presign.status).toBe(201);
+    expect((JSON.parse(presign.body) as { url: string }).url).toMatch(
+      /^https:\/\/files\.example\/api\/v1\/repositories\/r\/artifacts\/host\/content\?/,
+    );
+    const head = await http1(
+      `HEAD /api/v1/repositories/r/artifacts/host/content HTTP/1.1\r\nHost: files.example\r\n${auth}Connection: Host, close\r\n\r\n`,
+    );
+    expect(head.status).toBe(200);
+    // Each was the gateway's answer to the request the router forwarded.
+    const forwarded = [presign, head].map(requestIdOf);
+    await waitUntil(
+      () => forwarded.every((id) => gateway.logLines().some((l) => l.msg === 'request' && l.clientReqId === id)),
+      { what: "the gateway's request lines" },
+    );
+  });
+
+  it('that drops Authorization leaves a request of no principal', async () => {
+    const answer = await http1(
+      `GET /api/v1/repositories/r/artifacts/host/content HTTP/1.1\r\nHost: files.example\r\n` +
+        `Authorization: Bearer ${key}\r\nConnection: close, Authorization\r\n\r\n`,
+    );
+    expect(answer.status).toBe(401);
+  });
+});
