@@ -170,10 +170,14 @@ export class ProxiedRequest {
     });
     // The client's body ended early (it went away, or stalled and was answered 408 here): the
     // gateway must not keep waiting for the rest. (Without a body there is nothing to wait for.)
+    // Also once the answer is relayed: the request to the gateway never ends, so its connection
+    // would stay out of the pool, counted nowhere, until the gateway closes it. An HTTP/2 client
+    // gets there by sending all its Content-Length bytes but no END_STREAM: the gateway reads the
+    // whole body and answers, the router's stream is reset after the answer (an early answer to it),
+    // and each such stream held a gateway connection for the gateway's keep-alive timeout.
     if (upstream.hasBody)
       req.once('close', () => {
-        const current = this.#current;
-        if (!req.complete && current && !current.done) current.upstream?.destroy();
+        if (!req.complete) this.#current?.upstream?.destroy();
       });
   }
 

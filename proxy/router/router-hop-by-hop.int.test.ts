@@ -2,16 +2,20 @@
  * Hop-by-hop abuse through a real router in front of a real gateway (its PostgreSQL), raw sockets as
  * the client: a `Connection` header that lists end-to-end headers, so that a proxy strips them, never
  * makes the gateway see another client address than the client's (not the router's, not one the
- * client names), another target than the client's `Host`, or another principal. The router runs on
- * TLS (HTTP/1.1 and HTTP/2 on one port) under a descriptor limit of its own.
+ * client names), another target than the client's `Host`, or another principal; and an HTTP/2
+ * stream the router resets after the gateway answered never leaves a gateway connection held. The
+ * router runs on TLS (HTTP/1.1 and HTTP/2 on one port) under a descriptor limit of its own.
  */
+import http2 from 'node:http2';
+import { readdirSync } from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { createCertificateAuthority, issueServerCertificate, waitUntil } from '../../test/harness/index.ts';
+import { defaultMaxInFlight } from './router-server.ts';
 
 const db = useTestDatabase();
 /** The router's descriptor limit: small enough that held gateway connections would exhaust it. */
@@ -148,5 +152,51 @@ describe('a Connection header listing end-to-end headers', () => {
         `Authorization: Bearer ${key}\r\nConnection: close, Authorization\r\n\r\n`,
     );
     expect(answer.status).toBe(401);
+  });
+});
+
+describe('an HTTP/2 stream reset after the gateway answered', () => {
+  it('frees its gateway connection at once: streams sending their whole body without END_STREAM cannot exhaust the router', async () => {
+    const pid = router.child.pid!;
+    const open = () => readdirSync(`/proc/${pid}/fd`).length;
+    const before = open();
+    // More such streams than the router has descriptors: each held one gateway connection until
+    // the gateway's keep-alive timeout, counted by no bound (its request had left the in-flight count).
+    const batch = 20;
+    const batches = Math.ceil(DESCRIPTORS / batch);
+    expect(batch * batches).toBeGreaterThan(DESCRIPTORS - before);
+    expect(batch).toBeLessThan(defaultMaxInFlight(DESCRIPTORS, true));
+    const session = http2.connect(`https://127.0.0.1:${router.port}`, { ca });
+    session.on('error', () => {});
+    // A presign reads its JSON body (Content-Length: 2) whole and answers, keeping its connection;
+    // the client never ends its stream, so the router resets it after the answer.
+    const stream = (i: number) =>
+      new Promise<number>((resolve) => {
+        const s = session.request(
+          {
+            ':method': 'POST',
+            ':path': `/api/v1/repositories/r/artifacts/missing${i}/presign`,
+            authorization: `Bearer ${key}`,
+            'content-type': 'application/json',
+            'content-length': '2',
+          },
+          { endStream: false },
+        );
+        let status = 0;
+        s.on('response', (headers) => (status = Number(headers[':status'])));
+        s.resume();
+        s.on('error', () => {});
+        s.on('close', () => resolve(status));
+        s.write('{}');
+      });
+    const statuses: number[] = [];
+    for (let b = 0; b < batches; b++)
+      statuses.push(...(await Promise.all(Array.from({ length: batch }, (_, i) => stream(b * batch + i)))));
+    session.close();
+    // Each the gateway's own answer (no such artifact), none the router's 503 for want of descriptors.
+    expect(new Set(statuses)).toEqual(new Set([404]));
+    await waitUntil(() => open() <= before + 2, { what: "the router's gateway connections to close", timeoutMs: 2000 });
+    expect((await http1(`GET /api/v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)).status).toBe(404);
+    expect(problemLines(router.logLines())).toEqual([]);
   });
 });
