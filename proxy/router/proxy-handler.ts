@@ -37,6 +37,7 @@ import {
   type Upstream,
   type UpstreamCall,
 } from './proxied-request.ts';
+import { classifyRequest } from './route-class.ts';
 import type { RouterStats } from './router-stats.ts';
 import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
 import { type ClosableTarget, createUpstreamTargets } from './upstream-targets.ts';
@@ -311,6 +312,15 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   return {
     handle(req, res, { reqId, answerId }, log, traceHeaders) {
       const { headers, socket } = req;
+      // A connection reset under its request (sent, then RST at once) has a socket that no longer
+      // reads its peer. Forwarded, the request named its client `unknown`, where a gateway that
+      // trusts the router stops its walk: the router's own address, so the client chose it (its
+      // DELETEs done and audited in the router's name, its failures counted against nobody). Its
+      // client is gone and reads no answer: nothing is forwarded.
+      if (socket.remoteAddress === undefined) {
+        res.destroy();
+        return { kind: classifyRequest(req.method ?? 'GET', req.url ?? '/'), backend: undefined, attempts: 0 };
+      }
       // An HTTP/1.0 client's expectation is ignored (RFC 9110 §10.1.1), as a gateway's node:http
       // ignores it: relayed, the gateway's `100 Continue` would reach a client (or a proxy in front)
       // that reads it as the final answer and every later answer on the connection as the previous

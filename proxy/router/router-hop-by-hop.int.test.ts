@@ -47,6 +47,8 @@ beforeAll(async () => {
       ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
       ARKVORY_TLS_CERT_FILE: certificate.certFile,
       ARKVORY_TLS_KEY_FILE: certificate.keyFile,
+      // Every request line, those of 4xx answers past their budget too (those go to debug).
+      ARKVORY_LOG_LEVEL: 'debug',
     },
     wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'],
     // The harness waits over plain HTTP: ready once a proxied request is answered over TLS.
@@ -152,6 +154,54 @@ describe('a Connection header listing end-to-end headers', () => {
         `Authorization: Bearer ${key}\r\nConnection: close, Authorization\r\n\r\n`,
     );
     expect(answer.status).toBe(401);
+  });
+});
+
+describe('a client that resets its connection right after its request', () => {
+  it("is never taken for the router: its DELETEs are not acted on in the name of the router's address", async () => {
+    const ids = Array.from({ length: 20 }, (_, i) => `reset${i}`);
+    for (const id of ids) {
+      const put = await http1(
+        `PUT /api/v1/repositories/r/artifacts/${id} HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer ${key}\r\n` +
+          `Content-Length: 1\r\nConnection: close\r\n\r\n`,
+        'x',
+      );
+      expect(put.status).toBe(201);
+    }
+    const lines = () => router.logLines().filter((l) => l.msg === 'request' && l.method === 'DELETE');
+    const from = lines().length;
+    // The socket of a connection reset under its request reads no peer: forwarded, the request named
+    // its client `unknown`, which a gateway trusting the router reads as the router itself.
+    for (const id of ids)
+      await new Promise<void>((resolve) => {
+        const tcp = net.connect({ host: '127.0.0.1', localAddress: '127.0.0.2', port: router.port });
+        tcp.on('error', () => {});
+        const socket = tls.connect({ socket: tcp, ca, servername: 'localhost' }, () => {
+          socket.write(
+            `DELETE /api/v1/repositories/r/artifacts/${id} HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer ${key}\r\n\r\n`,
+            () => {
+              tcp.resetAndDestroy();
+              resolve();
+            },
+          );
+        });
+        socket.on('error', () => {});
+      });
+    await waitUntil(() => lines().length >= from + ids.length, { what: "the router's DELETE lines" });
+    // Whatever reached the gateway was acted on (or not) before its request line.
+    const forwarded = lines()
+      .slice(from)
+      .filter((l) => Number(l.attempts) > 0)
+      .map((l) => l.reqId);
+    await waitUntil(
+      () => forwarded.every((id) => gateway.logLines().some((l) => l.msg === 'request' && l.clientReqId === id)),
+      { what: "the gateway's lines of the forwarded DELETEs" },
+    );
+    const { rows } = await db.pool.query<{ source: string }>(
+      `SELECT source FROM arkvory_audit_events WHERE action = 'artifact.delete' AND target->>'id' = ANY($1)`,
+      [ids],
+    );
+    expect(rows.filter((r) => r.source !== '127.0.0.2')).toEqual([]);
   });
 });
 
