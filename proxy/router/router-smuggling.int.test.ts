@@ -57,6 +57,12 @@ beforeAll(async () => {
     process: router,
     retryOnError: true,
   });
+  // The readiness request's own line is in before any test counts the gateway's lines from here
+  // (it crosses the gateway's stdout pipe after its answer).
+  await waitUntil(() => gateway.logLines().some((l) => l.msg === 'request' && l.status === 404), {
+    what: "the readiness request's gateway line",
+    timeoutMs: 10_000,
+  });
 }, 90_000);
 
 afterAll(async () => {
