@@ -102,8 +102,17 @@ describe('an audit row the database does not take in time', () => {
       await db.pool.query('ALTER TABLE arkvory_audit_events DROP CONSTRAINT refuse_test');
     }
     expect(answer.status).toBe(201);
-    const lines = gw.logLines().filter((l) => l.msg === 'audit entry not recorded');
-    expect(lines.at(-1)).toMatchObject({ level: 'error', audit: { details: { repository: 'refused-row' } } });
+    // Its line crosses the gateway's stdout pipe after the answer: waited for, by its repository.
+    const line = () =>
+      gw
+        .logLines()
+        .find(
+          (l) =>
+            l.msg === 'audit entry not recorded' &&
+            (l.audit as { details?: { repository?: string } } | undefined)?.details?.repository === 'refused-row',
+        );
+    await waitUntil(() => line() !== undefined, { timeoutMs: 5_000, what: "the refused row's line" });
+    expect(line()).toMatchObject({ level: 'error', audit: { details: { repository: 'refused-row' } } });
     expect(await auditRows('refused-row')).toBe(0);
     expect(await notRecorded()).toEqual({ failed: 1, timeout: 1 });
   });

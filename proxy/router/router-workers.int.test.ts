@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import net from 'node:net';
 import type { Client } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -137,14 +137,19 @@ describe('a router instance of two workers', () => {
     const N = 60;
     const statuses = await Promise.all(Array.from({ length: N }, () => duplicateHost(router.port)));
     expect(statuses).toEqual(statuses.map(() => 400));
-    // The kernel spread the connections over both workers; each counted its own.
-    const byWorker = new Set(
-      router
-        .logLines()
-        .filter((l) => l.kind === 'duplicate_host')
-        .map((l) => l.worker),
+    // The kernel spread the connections over both workers; each counted its own. (Their lines cross
+    // the workers' and the primary's pipes after the answers: waited for.)
+    const byWorker = () =>
+      new Set(
+        router
+          .logLines()
+          .filter((l) => l.kind === 'duplicate_host')
+          .map((l) => l.worker),
+      );
+    await waitUntil(() => byWorker().size === 2, { timeoutMs: 5_000, what: "both workers' fault lines" }).catch(
+      () => {},
     );
-    expect([...byWorker].sort()).toEqual([0, 1]);
+    expect([...byWorker()].sort()).toEqual([0, 1]);
     expect(sample(await scrape(), 'arkvory_router_client_faults_total{kind="duplicate_host"}')).toBe(counted + N);
   });
 
