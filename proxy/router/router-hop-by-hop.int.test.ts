@@ -13,8 +13,9 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { createCertificateAuthority, issueServerCertificate, waitUntil } from '../../test/harness/index.ts';
+import { problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
+import { startTlsRouter } from '../../test/support/tls-router.ts';
 import { defaultMaxInFlight } from './router-server.ts';
 
 const db = useTestDatabase();
@@ -28,10 +29,6 @@ let key: string;
 beforeAll(async () => {
   await createRepository(db.pool, 'r');
   key = (await createServiceAccount(db.pool, { grants: { r: 'write' } })).key;
-  const dir = await makeTempDir('arkvory-router-hop-');
-  const authority = await createCertificateAuthority(dir);
-  const certificate = await issueServerCertificate(authority, dir);
-  ca = authority.certPem;
   gateway = await startGateway({
     env: {
       ARKVORY_DATABASE_URL: db.url,
@@ -40,30 +37,15 @@ beforeAll(async () => {
       ARKVORY_KEEPALIVE_TIMEOUT_SECONDS: '60',
     },
   });
-  router = await startGateway({
-    env: {
-      ARKVORY_ROLE: 'router',
-      ARKVORY_ROUTER_BACKENDS: gateway.url,
-      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
-      ARKVORY_TLS_CERT_FILE: certificate.certFile,
-      ARKVORY_TLS_KEY_FILE: certificate.keyFile,
-      // Every request line, those of 4xx answers past their budget too (those go to debug).
-      ARKVORY_LOG_LEVEL: 'debug',
-    },
+  await startTlsRouter(gateway, {
     wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'],
-    // The harness waits over plain HTTP: ready once a proxied request is answered over TLS.
-    waitFor: 'none',
-    timeoutMs: 60_000,
-  });
-  await waitUntil(
-    async () => (await http1(`GET /api/v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)).status === 404,
-    {
-      what: 'the TLS router to forward',
-      timeoutMs: 30_000,
-      process: router,
-      retryOnError: true,
+    // The file's helpers speak to the module's router: set before the first try.
+    forwards: async (started, authority) => {
+      router = started;
+      ca = authority;
+      return (await http1(`GET /api/v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)).status === 404;
     },
-  );
+  });
 }, 90_000);
 
 afterAll(async () => {

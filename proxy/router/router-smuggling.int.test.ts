@@ -10,9 +10,10 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
-import { createCertificateAuthority, issueServerCertificate, waitUntil } from '../../test/harness/index.ts';
+import { waitUntil } from '../../test/harness/index.ts';
+import { startTlsRouter } from '../../test/support/tls-router.ts';
 
 const db = useTestDatabase();
 const redis = useTestRedis();
@@ -24,10 +25,6 @@ let key: string;
 beforeAll(async () => {
   await createRepository(db.pool, 'r');
   key = (await createServiceAccount(db.pool, { grants: { r: 'write' } })).key;
-  const dir = await makeTempDir('arkvory-router-smuggling-');
-  const authority = await createCertificateAuthority(dir);
-  const certificate = await issueServerCertificate(authority, dir);
-  ca = authority.certPem;
   gateway = await startGateway({
     env: {
       ARKVORY_DATABASE_URL: db.url,
@@ -37,25 +34,13 @@ beforeAll(async () => {
       ARKVORY_LOG_LEVEL: 'debug',
     },
   });
-  router = await startGateway({
-    env: {
-      ARKVORY_ROLE: 'router',
-      ARKVORY_ROUTER_BACKENDS: gateway.url,
-      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
-      ARKVORY_TLS_CERT_FILE: certificate.certFile,
-      ARKVORY_TLS_KEY_FILE: certificate.keyFile,
-      // Every request line: its 4xx ones past their budget go to debug, as the gateway's faults do.
-      ARKVORY_LOG_LEVEL: 'debug',
+  await startTlsRouter(gateway, {
+    // The file's helpers speak to the module's router: set before the first try.
+    forwards: async (started, authority) => {
+      router = started;
+      ca = authority;
+      return (await http1(`GET /api/v1/ready HTTP/1.1\r\nHost: x\r\n\r\n`, 1)).includes(' 404 ');
     },
-    // The harness waits over plain HTTP: ready once a proxied request is answered over TLS.
-    waitFor: 'none',
-    timeoutMs: 60_000,
-  });
-  await waitUntil(async () => (await http1(`GET /api/v1/ready HTTP/1.1\r\nHost: x\r\n\r\n`, 1)).includes(' 404 '), {
-    what: 'the TLS router to forward',
-    timeoutMs: 30_000,
-    process: router,
-    retryOnError: true,
   });
   // The readiness request's own line is in before any test counts the gateway's lines from here
   // (it crosses the gateway's stdout pipe after its answer).
