@@ -16,15 +16,25 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { waitForSliceFills } from '../../test/harness/index.ts';
+import { waitForSliceFills, waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 
-async function heldBlobs(dir: string): Promise<Set<string>> {
-  const out = new Set<string>();
+/** The slice files of the cache in `dir` (slices/ only gets them renamed in whole). */
+async function sliceFiles(dir: string): Promise<string[]> {
+  const out: string[] = [];
   for (const shard of await readdir(path.join(dir, 'slices')).catch(() => []))
-    for (const f of await readdir(path.join(dir, 'slices', shard))) out.add(f.slice(0, 64));
+    out.push(...(await readdir(path.join(dir, 'slices', shard))));
   return out;
+}
+
+async function heldBlobs(dir: string): Promise<Set<string>> {
+  return new Set((await sliceFiles(dir)).map((f) => f.slice(0, 64)));
+}
+
+/** How many whole slices of `sha` the cache in `dir` holds. */
+async function heldSlices(dir: string, sha: string): Promise<number> {
+  return (await sliceFiles(dir)).filter((f) => f.startsWith(sha)).length;
 }
 
 describe('slice cache coherence and policy (nginx WebDAV)', () => {
@@ -69,6 +79,14 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     const pathB = await upload(gw, 'purge-b.bin', b);
     for (const p of [pathA, pathB]) await request(`${gw.url}${p}`, { headers: auth(writerKey) });
     await waitForSliceFills(gw.url);
+    // Every slice of both is held (a fill may still be starting once the answer is out): 3 of a, 2 of b.
+    await waitUntil(
+      async () => (await heldSlices(cacheDir, sha256(a))) === 3 && (await heldSlices(cacheDir, sha256(b))) === 2,
+      {
+        what: 'every slice of both blobs in the cache',
+        timeoutMs: 10_000,
+      },
+    );
     expect(await heldBlobs(cacheDir)).toEqual(new Set([sha256(a), sha256(b)]));
 
     const purged = await request(`${gw.url}/api/v1/admin/cache/purge`, {
