@@ -112,6 +112,8 @@ describe('blob files that are not the blob (real gateway)', () => {
       short: MiB + 3,
       cut: 2 * MiB + 4,
       cutRange: 2 * MiB + 6,
+      cutMulti: 2 * MiB + 7,
+      cutEmpty: MiB + 8,
       fine: MiB + 5,
     });
     await rm(blobs.dir!.file);
@@ -135,9 +137,8 @@ describe('blob files that are not the blob (real gateway)', () => {
 
     // Cut short after its descriptor was cached (same file, so nothing says it changed): the head is
     // out before the end is found, so the body is cut, which curl reports as a partial transfer; a
-    // range that starts past the cut had no body byte to send, so not even the head went out (curl:
-    // empty reply). Either is logged naming the blob, and the descriptor is dropped: the next
-    // request opens the file afresh and gets a clean 500.
+    // read that finds the end before any body byte went out is a 500. Either is logged naming the
+    // blob, and the descriptor is dropped: the next request opens the file afresh and gets a clean 500.
     const curl = async (args: string[]) => {
       const result = await run('curl', ['-sS', '-o', '-', '-w', '\n%{http_code} %{size_download}', ...args], {
         encoding: 'buffer',
@@ -156,17 +157,28 @@ describe('blob files that are not the blob (real gateway)', () => {
       };
     };
     const auth = ['-H', `authorization: Bearer ${key}`];
-    for (const id of ['cut', 'cutRange'])
+    const cutIds = ['cut', 'cutRange', 'cutMulti', 'cutEmpty'];
+    for (const id of cutIds)
       expect(await curl([...auth, blobs[id]!.url]), id).toMatchObject({
         exit: 0,
         status: 200,
         bytes: blobs[id]!.bytes.length,
       });
-    for (const id of ['cut', 'cutRange']) await truncate(blobs[id]!.file, MiB);
+    for (const id of cutIds) await truncate(blobs[id]!.file, id === 'cutEmpty' ? 0 : MiB);
     expect(await curl([...auth, blobs.cut!.url])).toMatchObject({ exit: 18, status: 200, bytes: MiB });
-    const past = await curl([...auth, '-H', `range: bytes=${MiB + 10}-${MiB + 20}`, blobs.cutRange!.url]);
-    expect(past).toMatchObject({ exit: 52, bytes: 0 });
-    for (const id of ['cut', 'cutRange']) {
+    // Nothing of the answer is out before its first body byte is read: a first read that finds the
+    // end is a clean 500, not an empty reply (a range past the cut, multipart too, or a whole file
+    // cut to nothing).
+    const first = [
+      await curl([...auth, '-H', `range: bytes=${MiB + 10}-${MiB + 20}`, blobs.cutRange!.url]),
+      await curl([...auth, '-H', `range: bytes=${MiB + 10}-${MiB + 20},${MiB + 30}-${MiB + 40}`, blobs.cutMulti!.url]),
+      await curl([...auth, blobs.cutEmpty!.url]),
+    ];
+    for (const answer of first) {
+      expect(answer).toMatchObject({ exit: 0, status: 500 });
+      expect(JSON.parse(answer.body)).toMatchObject({ code: 'internal' });
+    }
+    for (const id of cutIds) {
       await expect.poll(() => errorLinesNaming(gw.logs(), sha256(blobs[id]!.bytes)), { message: id }).toHaveLength(1);
       const cutLines = errorLinesNaming(gw.logs(), sha256(blobs[id]!.bytes));
       expect(cutLines[0], id).toContain('ended at byte');

@@ -179,8 +179,10 @@ function sendHeadAndBody(
   blob: BlobReader,
   meter: ByteMeter | undefined,
 ): Promise<void> {
+  // The head goes with the first body byte read (stream.ts), so a failed first read is still a 500.
+  if (ctx.req.method !== 'HEAD')
+    return sendSegments(ctx.res, blob, plan.segments, meter, ctx, () => ctx.res.writeHead(plan.status, plan.headers));
   ctx.res.writeHead(plan.status, plan.headers);
-  if (ctx.req.method !== 'HEAD') return sendSegments(ctx.res, blob, plan.segments, meter, ctx);
   ctx.res.end();
   return DONE;
 }

@@ -9,6 +9,9 @@
  * budget (proxy/server/front-door/http2-send-budget.ts): 100 streams of one client that does not
  * read hold that budget, not 100 rings.
  * A client disconnect rejects the pending step; the caller closes the file in `finally`.
+ * The head (status line and headers) is written only with the first body byte read: a blob that
+ * fails its first read (a file cut short under a held descriptor, a range past the cut) is still
+ * answerable with a clean 500 instead of a head followed by nothing.
  */
 import type { ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
@@ -105,6 +108,7 @@ async function streamRange(
   chunkBytes: number,
   meter: ByteMeter | undefined,
   signal: AbortSignal,
+  opening: Opening,
 ): Promise<void> {
   let turnedAt = performance.now();
   const budget = budgetOf(res);
@@ -132,6 +136,7 @@ async function streamRange(
       position += bytesRead;
       if (meter) await meter.take(bytesRead, signal);
       signal.throwIfAborted();
+      opening.open();
       res.write(buffer.subarray(0, bytesRead), (err) => {
         ring.release(buffer, err);
         if (!err) budget?.sent();
@@ -152,6 +157,7 @@ async function streamChunks(
   chunks: AsyncIterable<Buffer>,
   meter: ByteMeter | undefined,
   signal: AbortSignal,
+  opening: Opening,
 ): Promise<void> {
   const budget = budgetOf(res);
   const sent = budget && ((err?: Error | null) => err || budget.sent());
@@ -159,6 +165,7 @@ async function streamChunks(
     if (meter) await charge(meter, chunk.length, signal);
     if (budget !== undefined && !budget.hasRoom()) await budget.room(signal);
     signal.throwIfAborted();
+    opening.open();
     if (!res.write(chunk, sent) && res.writableLength >= MAX_QUEUED_BYTES) {
       await new Promise<void>((resolve, reject) => {
         const done = () => {
@@ -207,22 +214,55 @@ function clientGone(): Error {
   return new Error('the client closed the connection before the response finished');
 }
 
+/**
+ * The head of the answer and the multipart part heads before the first body byte, held until that
+ * byte is in hand: `open` writes them (once; afterwards it only checks a flag).
+ */
+class Opening {
+  #held: Buffer[] | undefined = [];
+  readonly #res: ServerResponse;
+  readonly #head: (() => void) | undefined;
+
+  constructor(res: ServerResponse, head: (() => void) | undefined) {
+    this.#res = res;
+    this.#head = head;
+  }
+
+  /** Writes `data` now if the answer is open, else with its head. */
+  write(data: Buffer): void {
+    if (this.#held) this.#held.push(data);
+    else this.#res.write(data);
+  }
+
+  open(): void {
+    const held = this.#held;
+    if (!held) return;
+    this.#held = undefined;
+    this.#head?.();
+    for (const data of held) this.#res.write(data);
+  }
+}
+
 /** What aborts a response: read only when something must wait (a signal is made on first use). */
 export interface Abortable {
   readonly signal: AbortSignal;
 }
 
+/** `head` writes the status line and headers (the caller's `writeHead`); without it they are already set. */
 export function sendSegments(
   res: ServerResponse,
   handle: Pick<BlobReader, 'read' | 'chunks' | 'bytes'>,
   segments: readonly Segment[],
   meter: ByteMeter | undefined,
   abortable: Abortable,
+  head?: () => void,
 ): Promise<void> {
   const only = segments.length === 1 ? segments[0]! : undefined;
-  if (!handle.bytes || only?.kind !== 'range') return streamSegments(res, handle, segments, meter, abortable.signal);
+  if (!handle.bytes || only?.kind !== 'range')
+    return streamSegments(res, handle, segments, meter, abortable.signal, new Opening(res, head));
   // A blob already in memory, one range: headers and body leave in one write. Bytes the meter
   // grants at once need no signal and no promise; only a wait does.
+  head?.();
   const body = handle.bytes.subarray(only.range.start, only.range.end + 1);
   if (!meter || (body.length <= meter.quantumBytes && meter.tryTake?.(body.length))) return endResponse(res, body);
   return charge(meter, body.length, abortable.signal).then(() => endResponse(res, body));
@@ -234,6 +274,7 @@ async function streamSegments(
   segments: readonly Segment[],
   meter: ByteMeter | undefined,
   signal: AbortSignal,
+  opening: Opening,
 ): Promise<void> {
   const rangeBytes = segments.reduce(
     (n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n),
@@ -247,10 +288,11 @@ async function streamSegments(
       // A multipart part's head is body bytes too: unpaced, many small ranges would pass the ceiling.
       if (meter) await charge(meter, segment.data.length, signal);
       signal.throwIfAborted();
-      res.write(segment.data);
-    } else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal);
-    else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal);
+      opening.write(segment.data);
+    } else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal, opening);
+    else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal, opening);
   }
   signal.throwIfAborted();
+  opening.open();
   await endResponse(res);
 }
