@@ -192,4 +192,28 @@ describe('blob files that are not the blob (real gateway)', () => {
     expect(fine).toMatchObject({ exit: 0, status: 200, bytes: blobs.fine!.bytes.length });
     expect(sha256(Buffer.from(fine.body, 'latin1'))).toBe(sha256(blobs.fine!.bytes));
   }, 30_000);
+
+  it('a shard directory replaced by a symbolic link out of the root is a 500, never the bytes behind it', async () => {
+    // Large: the small-blob cache would refuse other bytes by their digest anyway; this reads the file.
+    const { gw, key, blobs } = await gatewayWithBlobs(db, 'shard', { linked: MiB + 9, fine: MiB + 5 });
+    const { file, bytes } = blobs.linked!;
+    const shard = path.dirname(file);
+    // Another directory of the host, with a file of the blob's name and length but other bytes.
+    const outside = await makeTempDir('arkvory-outside-shard-');
+    await writeFile(path.join(outside, path.basename(file)), randomContent(bytes.length));
+    await rm(shard, { recursive: true });
+    await symlink(outside, shard);
+
+    for (const range of [undefined, 'bytes=0-99']) {
+      const answer = await getWithin(blobs.linked!.url, { ...bearer(key), ...(range && { range }) }, 4000);
+      expect(answer, range).not.toBe('timed out');
+      if (answer === 'timed out') continue;
+      expect(answer.status, range).toBe(500);
+      expect(JSON.parse(answer.body.toString()), range).toMatchObject({ code: 'internal' });
+    }
+    await expect.poll(() => errorLinesNaming(gw.logs(), sha256(bytes)).length).toBe(2);
+    expect(errorLinesNaming(gw.logs(), sha256(bytes)).join('\n')).toContain('outside the store');
+    const fine = await getWithin(blobs.fine!.url, bearer(key), 4000);
+    expect(fine !== 'timed out' && sha256(fine.body)).toBe(sha256(blobs.fine!.bytes));
+  }, 30_000);
 });

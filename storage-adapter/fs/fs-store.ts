@@ -8,7 +8,7 @@
  * when it opens: a killed worker's partial uploads go when it is replaced.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdir, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, readdir, realpath, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { OpenFileCache } from './open-file-cache.ts';
@@ -131,6 +131,10 @@ export async function openFsStore(options: {
   if (role === 'worker') await mkdirDurable(stagingDir, root);
 
   const blobPath = (sha256: string) => resolveInsideRoot(root, blobRelativePath(sha256));
+  // Where blob files really are, resolved once: a blob opened through a symbolic link put later on
+  // one of its directories (a shard directory linked out of the root) has another real path.
+  const realBlobsDir = await realpath(blobsDir);
+  const realBlobPath = (sha256: string) => path.join(realBlobsDir, path.relative(BLOBS_DIR, blobRelativePath(sha256)));
   const stats = { committed: 0, discarded: 0, failed: 0 };
 
   return {
@@ -210,10 +214,12 @@ export async function openFsStore(options: {
         const file = blobPath(sha256);
         // Non-blocking: a named pipe planted under the name is refused at once instead of holding a
         // thread of libuv's pool (and the request) until a writer comes. A blob is only ever a file
-        // renamed into place, so a symbolic link there (maybe out of the root) is refused too.
+        // renamed into place, so a symbolic link there (maybe out of the root) is refused too, and
+        // so is one on a directory of its path. Checked at open only: a cached descriptor costs nothing.
         const { handle, stats } = await openRegularFile(file, {
           refuse: (reason) => new Error(`blob ${sha256}: ${reason}`),
           followLinks: false,
+          realPath: realBlobPath(sha256),
         }).catch((err: unknown) => {
           throw storageErrorFromErrno(err) ?? err;
         });
