@@ -6,7 +6,7 @@
  */
 import { execFile } from 'node:child_process';
 import { constants } from 'node:fs';
-import { mkdir, open, rm, symlink, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rm, symlink, truncate, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -215,5 +215,21 @@ describe('blob files that are not the blob (real gateway)', () => {
     expect(errorLinesNaming(gw.logs(), sha256(bytes)).join('\n')).toContain('outside the store');
     const fine = await getWithin(blobs.fine!.url, bearer(key), 4000);
     expect(fine !== 'timed out' && sha256(fine.body)).toBe(sha256(blobs.fine!.bytes));
+  }, 30_000);
+
+  it('an upload whose shard directory is a symbolic link out of the root is refused: nothing written there, nothing published', async () => {
+    const { gw, key } = await gatewayWithBlobs(db, 'shardput', {});
+    const bytes = randomContent(64 * KiB + 3);
+    const shard = path.dirname(blobPath(gw.dataDir, sha256(bytes)));
+    const outside = await makeTempDir('arkvory-outside-put-');
+    await mkdir(path.dirname(shard), { recursive: true });
+    await symlink(outside, shard);
+    const url = `${gw.url}/api/v1/repositories/shardput/artifacts/a`;
+
+    const put = await request(url, { method: 'PUT', headers: bearer(key), body: bytes });
+    expect(put.status).toBe(500);
+    expect(await readdir(outside)).toEqual([]);
+    expect((await request(`${url}/content`, { headers: bearer(key) })).status).toBe(404);
+    await expect.poll(() => errorLinesNaming(gw.logs(), 'leads outside the store').length).toBe(1);
   }, 30_000);
 });
