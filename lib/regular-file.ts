@@ -45,7 +45,9 @@ export async function openRegularFile(
     if (options.realPath !== undefined) {
       const actual = await openedPath(handle, file, stats);
       if (actual !== options.realPath)
-        throw options.refuse(`${file} is not a regular file of the store: it leads outside the store, to ${actual}`);
+        throw options.refuse(
+          `${file} is not a regular file in its place: a symbolic link on its path leads out of its place in the store, to ${actual ?? 'another file'}`,
+        );
     }
     return { handle, stats };
   } catch (err) {

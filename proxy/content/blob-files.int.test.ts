@@ -212,7 +212,7 @@ describe('blob files that are not the blob (real gateway)', () => {
       expect(JSON.parse(answer.body.toString()), range).toMatchObject({ code: 'internal' });
     }
     await expect.poll(() => errorLinesNaming(gw.logs(), sha256(bytes)).length).toBe(2);
-    expect(errorLinesNaming(gw.logs(), sha256(bytes)).join('\n')).toContain('outside the store');
+    expect(errorLinesNaming(gw.logs(), sha256(bytes)).join('\n')).toContain('leads out of its place in the store');
     const fine = await getWithin(blobs.fine!.url, bearer(key), 4000);
     expect(fine !== 'timed out' && sha256(fine.body)).toBe(sha256(blobs.fine!.bytes));
   }, 30_000);
@@ -230,6 +230,6 @@ describe('blob files that are not the blob (real gateway)', () => {
     expect(put.status).toBe(500);
     expect(await readdir(outside)).toEqual([]);
     expect((await request(`${url}/content`, { headers: bearer(key) })).status).toBe(404);
-    await expect.poll(() => errorLinesNaming(gw.logs(), 'leads outside the store').length).toBe(1);
+    await expect.poll(() => errorLinesNaming(gw.logs(), 'leads out of its place in the store').length).toBe(1);
   }, 30_000);
 });

@@ -187,7 +187,9 @@ export async function openFsStore(options: {
                 // this check is still refused by every reader.
                 const realDir = await realpath(dir);
                 if (realDir !== path.dirname(realBlobPath(sha256)))
-                  throw new Error(`blob ${sha256}: its directory ${dir} leads outside the store, to ${realDir}`);
+                  throw new Error(
+                    `blob ${sha256}: its directory ${dir} leads out of its place in the store, to ${realDir}`,
+                  );
                 // The verified bytes take the name even when a file is already there: that file was
                 // never checked here (damaged, cut short by a crash, replaced on the host) and would
                 // otherwise be served under this sha256. rename() swaps it atomically: a reader sees
