@@ -2,6 +2,7 @@
  * Upload sessions against a real PostgreSQL and the directory part store: a part still streaming
  * when its session is aborted or expires gets the session's documented error, never a 500.
  */
+import { createHash, randomUUID } from 'node:crypto';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { Readable } from 'node:stream';
@@ -278,4 +279,37 @@ it('a part whose COMMIT went through but whose answer was lost keeps its file: t
     [s.id],
   );
   expect(await parts.has(s.id, named.rows[0]!.file_name)).toBe(true);
+});
+
+it('the bound on open sessions counts a completing session past its expiry: a stalled completion opens no room', async () => {
+  const { parts } = await openFsStore({ root, role: 'writer', pool: db.pool });
+  const sessions = new UploadSessions({
+    pool: db.pool,
+    parts,
+    ttlSeconds: 3600,
+    limits: { ...limits, maxSessionsPerPrincipal: 2 },
+  });
+  const principalId = randomUUID();
+  const open = (name: string) =>
+    sessions.create(
+      { repository: 'ss', kind: 'artifact', name, version: '', asset: '' },
+      { contentType: 'application/octet-stream', principalId },
+    );
+  const own = { repository: 'ss', principalId };
+  const completing = await open('bound-completing');
+  const body = Buffer.from('one part');
+  await sessions.putPart(own, completing.id, 1, Readable.from([body]), { maxBytes: 1e6 });
+  await sessions.complete(own, completing.id, [
+    { partNumber: 1, sha256: createHash('sha256').update(body).digest('hex') },
+  ]);
+  const lapsed = await open('bound-lapsed');
+  // No worker runs: the completion waits (a stalled worker, a store failure waited out) past the
+  // session's expiry, its parts and job kept; the open one past its expiry has ended.
+  await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() WHERE id = ANY($1)`, [
+    [completing.id, lapsed.id],
+  ]);
+  expect((await sessions.get(own, completing.id)).state).toBe('completing');
+  expect((await sessions.get(own, lapsed.id)).state).toBe('expired');
+  await open('bound-second');
+  await expect(open('bound-third')).rejects.toMatchObject({ code: 'too_many_uploads' });
 });
