@@ -1032,6 +1032,55 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it('under a full quota a part is told what became of its session (400, 404, 409, 410) before any quota: never 507', async () => {
+    const repository = 'quota-full-parts';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const other = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' } });
+    const base = `${gw.url}/api/v1/repositories/${repository}`;
+    await limitRepositoryTo1000(repository);
+    const part = (upload: string, n: number | string, key = writer.key) =>
+      put(`${base}/uploads/${upload}/parts/${n}`, key, Buffer.alloc(10, 1));
+    const withPart = await startAssembledSession(base, writer.key);
+    const completing = await startAssembledSession(base, writer.key);
+    const aborted = await startAssembledSession(base, writer.key);
+    const expired = await startAssembledSession(base, writer.key);
+    const empty = createHash('sha256').digest('hex');
+    expect((await put(`${base}/uploads/${completing}/parts/1`, writer.key, Buffer.alloc(0))).status).toBe(200);
+    const completed = await fetch(`${base}/uploads/${completing}/complete`, {
+      method: 'POST',
+      headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+      body: JSON.stringify({ parts: [{ partNumber: 1, sha256: empty }] }),
+    });
+    expect(completed.status).toBe(202);
+    expect((await fetch(`${base}/uploads/${aborted}`, { method: 'DELETE', headers: bearer(writer.key) })).status).toBe(
+      204,
+    );
+    await db.pool.query('UPDATE arkvory_upload_sessions SET expires_at = now() WHERE id = $1', [expired]);
+    // The quota is full: one session holds all of it.
+    expect((await put(`${base}/uploads/${withPart}/parts/1`, writer.key, Buffer.alloc(1000, 2))).status).toBe(200);
+    expect((await part(withPart, 2)).body).toMatchObject({ code: 'quota_exceeded' });
+
+    const answers = [
+      await part(completing, 2),
+      await part(aborted, 1),
+      await part(expired, 1),
+      await part('00000000-0000-4000-8000-000000000000', 1),
+      await part(withPart, 2, other.key),
+      await part(withPart, 0),
+    ];
+    expect(answers.map((a) => [a.status, a.body.code, a.continued])).toEqual([
+      [409, 'conflict', false],
+      [409, 'conflict', false],
+      [410, 'upload_expired', false],
+      [404, 'not_found', false],
+      [404, 'not_found', false],
+      [400, 'invalid_request', false],
+    ]);
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('on a real S3 server (SeaweedFS): the refused uploads put nothing in the bucket, a cut one leaves nothing staged', async () => {
     // A database of its own: one is bound to one storage root, and the others here use a directory.
     const s3db = await createTestDatabase();

@@ -148,9 +148,10 @@ export function multipartRoutes(deps: {
           // in the transaction that records the part (a completion listing it may be queued as soon
           // as that commits), which its completion settles and its end gives back. A part sent
           // again replaces the one the session holds: only what it adds is reserved, and only
-          // that is added to the session's hold (what was checked against the quotas).
+          // that is added to the session's hold (what was checked against the quotas). The session
+          // is checked first: a part to one that has ended is told so, never `quota_exceeded`.
           const quotas = deps.quotas;
-          const replaced = quotas ? await sessions.partSize(scope, upload, partNumber) : 0;
+          const replaced = quotas ? await sessions.replaceablePartSize(scope, upload, partNumber) : 0;
           const adds = (bytes: number) => Math.max(0, bytes - replaced);
           reservation = await quotas?.reserve({ ...scope, bytes: adds(length ?? 0) });
           const ensure = reservation?.ensure;

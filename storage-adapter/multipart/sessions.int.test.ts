@@ -191,7 +191,7 @@ it('a part whose quota reservation left out the part it replaces is refused if t
       ...(replacedBytes === undefined ? {} : { replacedBytes }),
     });
   await send(600);
-  expect(await sessions.partSize(scope, s.id, 1)).toBe(600);
+  expect(await sessions.replaceablePartSize(scope, s.id, 1)).toBe(600);
   // Began when part 1 held 600 bytes (its reservation counted 600 fewer); another send made it 100.
   await send(100);
   await expect(send(600, 600)).rejects.toMatchObject({ code: 'conflict' });
@@ -199,7 +199,9 @@ it('a part whose quota reservation left out the part it replaces is refused if t
   expect(await readdir(path.join(root, 'uploads', s.id))).toHaveLength(1);
   // What it assumed is still there: recorded.
   expect(await send(700, 100)).toMatchObject({ sizeBytes: 700 });
-  expect(await sessions.partSize({ ...scope, principalId: '00000000-0000-4000-8000-000000000000' }, s.id, 1)).toBe(0);
+  await expect(
+    sessions.replaceablePartSize({ ...scope, principalId: '00000000-0000-4000-8000-000000000000' }, s.id, 1),
+  ).rejects.toMatchObject({ code: 'not_found' });
 });
 
 it('a part that replaces another is recorded and answered even when the old file cannot be removed', async () => {

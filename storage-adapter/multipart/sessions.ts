@@ -209,15 +209,25 @@ export class UploadSessions {
     );
   }
 
-  /** The size of part `partNumber` as recorded now in the session in `scope`; 0 when there is none. */
-  async partSize(scope: SessionScope, id: string, partNumber: number): Promise<number> {
-    if (!UUID.test(id) || !Number.isInteger(partNumber) || partNumber < 1 || partNumber > MAX_PARTS) return 0;
-    const r = await this.#pool.query<{ size: string }>(
-      `SELECT p.size_bytes::text AS size FROM arkvory_upload_parts p JOIN arkvory_upload_sessions s ON s.id = p.session_id
-        WHERE s.id = $1 AND s.repository = $2 AND s.principal_id IS NOT DISTINCT FROM $3 AND p.part_number = $4`,
+  /**
+   * The size of part `partNumber` as recorded now (0 when there is none), once the part number is
+   * valid and the session in `scope` takes parts: what a part's storage-quota reservation leaves out.
+   * Checked before that reservation, so a part to a session that is gone, ended or someone else's
+   * is told so (404, 409, 410), not 507 `quota_exceeded` under a full quota.
+   */
+  async replaceablePartSize(scope: SessionScope, id: string, partNumber: number): Promise<number> {
+    if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > MAX_PARTS)
+      throw new StorageError('invalid_request', `Part numbers run from 1 to ${MAX_PARTS}.`);
+    if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
+    const r = await this.#pool.query<{ state_now: SessionState; size: string | null }>(
+      `SELECT ${STATE_NOW}, (SELECT size_bytes::text FROM arkvory_upload_parts WHERE session_id = s.id AND part_number = $4) AS size
+         FROM arkvory_upload_sessions s WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3`,
       [id, scope.repository, scope.principalId, partNumber],
     );
-    return r.rows[0] ? Number(r.rows[0].size) : 0;
+    const row = r.rows[0];
+    if (!row) throw new StorageError('not_found', 'No such upload.');
+    checkTakesParts(row.state_now);
+    return row.size === null ? 0 : Number(row.size);
   }
 
   /** An open, unexpired session, or the error that says why not. */
