@@ -89,7 +89,11 @@ export interface UploadStats {
 export interface PartStore {
   /** Stores `body` under the name; durable (as far as the store offers) when it resolves, absent when it throws. */
   write(sessionId: string, fileName: string, body: AsyncIterable<Buffer>, signal?: AbortSignal): Promise<void>;
-  read(sessionId: string, fileName: string, signal?: AbortSignal): AsyncIterable<Buffer>;
+  /**
+   * The part's bytes. `maxBytes`: a store may stop reading there (the directory store does); the
+   * caller still counts, as a remote store reads on to the end of its answer.
+   */
+  read(sessionId: string, fileName: string, signal?: AbortSignal, maxBytes?: number): AsyncIterable<Buffer>;
   /** Whether the part is there now (a part written may be removed by offline gc before it is recorded). */
   has(sessionId: string, fileName: string): Promise<boolean>;
   remove(sessionId: string, fileName: string): Promise<void>;

@@ -37,7 +37,7 @@ export function createFsPartStore(root: string, sync: (dir: string) => Promise<v
         throw mapped?.code === 'storage_full' ? mapped : err;
       }
     },
-    async *read(sessionId, fileName, signal) {
+    async *read(sessionId, fileName, signal, maxBytes) {
       const file = path.join(sessionDir(root, sessionId), fileName);
       let handle: FileHandle;
       try {
@@ -58,8 +58,16 @@ export function createFsPartStore(root: string, sync: (dir: string) => Promise<v
         throw storageErrorFromErrno(err) ?? err;
       }
       try {
-        for await (const chunk of handle.createReadStream({ highWaterMark: 1024 * 1024, signal, autoClose: false }))
-          yield chunk as Buffer;
+        if (maxBytes !== undefined && maxBytes <= 0) return;
+        // Bounded: a part file replaced by a huge (even sparse) one is not read on to its end.
+        const end = maxBytes === undefined ? undefined : maxBytes - 1;
+        const stream = handle.createReadStream({
+          highWaterMark: 1024 * 1024,
+          signal,
+          autoClose: false,
+          ...(end === undefined ? {} : { end }),
+        });
+        for await (const chunk of stream) yield chunk as Buffer;
       } catch (err) {
         throw storageErrorFromErrno(err) ?? err;
       } finally {

@@ -13,6 +13,7 @@ import { StorageError } from '../errors.ts';
 import type { PartStore, ArtifactStore } from '../store.ts';
 import { publishArtifact } from '../catalog/publish.ts';
 import type { ReceivedPart } from './completion-plan.ts';
+import { cappedPart } from './part-reads.ts';
 
 export interface Job {
   id: string;
@@ -21,7 +22,8 @@ export interface Job {
   attempts: number;
 }
 
-async function* readParts(
+/** The listed parts' bytes in order, each re-checked (size, sha256) and read no further than its recorded size + 1. */
+export async function* readParts(
   store: PartStore,
   sessionId: string,
   parts: readonly ReceivedPart[],
@@ -33,7 +35,8 @@ async function* readParts(
     if (!file) throw new StorageError('part_missing', `part ${part.partNumber} is no longer recorded`);
     const hash = createHash('sha256');
     let size = 0;
-    for await (const chunk of store.read(sessionId, file, signal)) {
+    // One byte past the recorded size is enough to tell the part grew: no more is read.
+    for await (const chunk of cappedPart(store.read(sessionId, file, signal, part.sizeBytes + 1), part)) {
       hash.update(chunk);
       size += chunk.length;
       yield chunk;

@@ -13,6 +13,7 @@ import { abortMultipart, completeMultipart, createMultipart, planPartCopies, upl
 import type { S3Bucket } from './s3-tree.ts';
 import type { AssemblyPart, StageOptions } from '../store.ts';
 import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
+import { partGrown } from '../multipart/part-reads.ts';
 
 export type Assembly =
   | { sha256: string; sizeBytes: number; sliceDigests: SliceDigests | undefined; etag: string | undefined }
@@ -55,10 +56,12 @@ export async function assembleOnServer(
       let partBytes = 0;
       try {
         for await (const chunk of res.body) {
+          partBytes += (chunk as Buffer).length;
+          // A part grown on the store (replaced by a larger object) is not read on to its end.
+          if (partBytes > part.sizeBytes) throw partGrown(part);
           hash.update(chunk as Buffer);
           whole.update(chunk as Buffer);
           slices?.update(chunk as Buffer);
-          partBytes += (chunk as Buffer).length;
         }
       } catch (err) {
         throw upstreamError(err, `GET ${source}`);
