@@ -610,6 +610,13 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
     await expect(store.assembleParts!(session, listed, { maxBytes: 1e9 })).rejects.toMatchObject({
       code: 'part_mismatch',
     });
+    // A part grown on the store is refused at its first chunk past its recorded size, not read on.
+    const grown = await writeParts(store, session, big);
+    await s3Probe(server).write(`uploads/${session}/${grown[0]!.fileName}`, randomBytes(6 * MiB));
+    await expect(store.assembleParts!(session, grown, { maxBytes: 1e9 })).rejects.toMatchObject({
+      code: 'part_mismatch',
+      message: expect.stringContaining('part 1 is larger on the store than the 5242880 bytes'),
+    });
     // The whole's sha256 differs from the session's: refused before the object is completed.
     const fresh = await writeParts(store, session, big);
     await expect(
