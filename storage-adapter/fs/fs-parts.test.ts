@@ -1,12 +1,14 @@
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
-import { mkdir, mkdtemp, open, readFile, rm, symlink } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readFile, rm, symlink, truncate } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { fsyncDirectory } from '../../lib/fs-sync.ts';
 import { createFsPartStore } from './fs-parts.ts';
+import { readParts } from '../multipart/assemble.ts';
 
 async function* bytes(...chunks: string[]): AsyncGenerator<Buffer> {
   for (const c of chunks) yield Buffer.from(c);
@@ -69,5 +71,58 @@ describe('filesystem part store', () => {
       });
     }
     expect(await firstChunk('00001-a.part')).toBe(4);
+  });
+
+  /** Reads the parts as an assembly does: the bytes it was given, and how it ended. */
+  async function assemble(
+    parts: { partNumber: number; sizeBytes: number; sha256: string }[],
+    files: Map<number, string>,
+  ) {
+    let given = 0;
+    try {
+      for await (const chunk of readParts(createFsPartStore(root), SESSION, parts, files, undefined))
+        given += chunk.length;
+      return { given, err: undefined };
+    } catch (err) {
+      return { given, err };
+    }
+  }
+  const sha = (text: string) => createHash('sha256').update(text).digest('hex');
+
+  it('an assembly reads a part no further than its recorded size: one grown into a huge sparse file fails part_mismatch at once', async () => {
+    const parts = createFsPartStore(root);
+    await parts.write(SESSION, '00001-a.part', bytes('first'));
+    await parts.write(SESSION, '00002-b.part', bytes('second'));
+    const listed = [
+      { partNumber: 1, sizeBytes: 5, sha256: sha('first') },
+      { partNumber: 2, sizeBytes: 6, sha256: sha('second') },
+    ];
+    const files = new Map([
+      [1, '00001-a.part'],
+      [2, '00002-b.part'],
+    ]);
+    expect(await assemble(listed, files)).toEqual({ given: 11, err: undefined });
+    // 4 GiB of holes: read whole (as before) it took half a minute and handed the assembly 4 GiB.
+    await truncate(path.join(root, 'uploads', SESSION, '00002-b.part'), 4 * 1024 ** 3);
+    const grown = await assemble(listed, files);
+    expect(grown.err).toMatchObject({ code: 'part_mismatch', message: expect.stringContaining('part 2 is larger') });
+    // Part 1 only: none of part 2's bytes reach the assembly.
+    expect(grown.given).toBe(5);
+    // Cut short, it still fails once read.
+    await truncate(path.join(root, 'uploads', SESSION, '00002-b.part'), 2);
+    expect((await assemble(listed, files)).err).toMatchObject({ code: 'part_mismatch' });
+  });
+
+  it('reads at most maxBytes of a part when asked', async () => {
+    const parts = createFsPartStore(root);
+    await parts.write(SESSION, '00001-a.part', bytes('0123456789'));
+    const read = async (maxBytes?: number) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of parts.read(SESSION, '00001-a.part', undefined, maxBytes)) chunks.push(chunk);
+      return Buffer.concat(chunks).toString();
+    };
+    expect(await read()).toBe('0123456789');
+    expect(await read(4)).toBe('0123');
+    expect(await read(0)).toBe('');
   });
 });

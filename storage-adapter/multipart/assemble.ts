@@ -13,7 +13,7 @@ import { StorageError } from '../errors.ts';
 import type { PartStore, ArtifactStore } from '../store.ts';
 import { publishArtifact } from '../catalog/publish.ts';
 import type { ReceivedPart } from './completion-plan.ts';
-import { cappedPart } from './part-reads.ts';
+import { cappedPart } from '../part-reads.ts';
 
 export interface Job {
   id: string;

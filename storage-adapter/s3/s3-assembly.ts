@@ -13,7 +13,7 @@ import { abortMultipart, completeMultipart, createMultipart, planPartCopies, upl
 import type { S3Bucket } from './s3-tree.ts';
 import type { AssemblyPart, StageOptions } from '../store.ts';
 import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
-import { partGrown } from '../multipart/part-reads.ts';
+import { partGrown } from '../part-reads.ts';
 
 export type Assembly =
   | { sha256: string; sizeBytes: number; sliceDigests: SliceDigests | undefined; etag: string | undefined }

@@ -3,7 +3,7 @@
  * the store (replaced by a larger or a huge sparse file) fails at its first byte past that size,
  * not after the whole file was read and hashed.
  */
-import { StorageError } from '../errors.ts';
+import { StorageError } from './errors.ts';
 
 /** The failure of a part found larger on the store than it was recorded; the upload's own, final. */
 export function partGrown(part: { readonly partNumber: number; readonly sizeBytes: number }): StorageError {
