@@ -264,7 +264,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL',
     kind: { type: 'int', min: 1, max: 100000 },
     defaultValue: '64',
-    doc: 'Multipart sessions one principal may hold open (unexpired) or completing (until the worker ends it); one more → 429 `too_many_uploads`.',
+    doc: 'Multipart sessions one principal may hold open or completing, counted until they are ended and their parts removed (past their expiry too); one more → 429 `too_many_uploads`.',
   },
   {
     name: 'ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL',

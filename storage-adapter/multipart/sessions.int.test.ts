@@ -283,7 +283,7 @@ it('a part whose COMMIT went through but whose answer was lost keeps its file: t
   expect(await parts.has(s.id, named.rows[0]!.file_name)).toBe(true);
 });
 
-it('the bound on open sessions counts a completing session past its expiry: a stalled completion opens no room', async () => {
+it('the bound on open sessions counts every session holding its parts past its expiry: a stalled completion or sweep opens no room', async () => {
   const { parts } = await openFsStore({ root, role: 'writer', pool: db.pool });
   const sessions = new UploadSessions({
     pool: db.pool,
@@ -305,13 +305,17 @@ it('the bound on open sessions counts a completing session past its expiry: a st
     { partNumber: 1, sha256: createHash('sha256').update(body).digest('hex') },
   ]);
   const lapsed = await open('bound-lapsed');
+  await sessions.putPart(own, lapsed.id, 1, Readable.from([body]), { maxBytes: 1e6 });
   // No worker runs: the completion waits (a stalled worker, a store failure waited out) past the
-  // session's expiry, its parts and job kept; the open one past its expiry has ended.
+  // session's expiry, its parts and job kept; the open one has expired, its part not yet swept.
   await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() WHERE id = ANY($1)`, [
     [completing.id, lapsed.id],
   ]);
   expect((await sessions.get(own, completing.id)).state).toBe('completing');
   expect((await sessions.get(own, lapsed.id)).state).toBe('expired');
+  await expect(open('bound-refused')).rejects.toMatchObject({ code: 'too_many_uploads' });
+  // The sweep ends the expired one and removes its part: its place is free; the completing one's is not.
+  await sessions.expire();
   await open('bound-second');
   await expect(open('bound-third')).rejects.toMatchObject({ code: 'too_many_uploads' });
 });

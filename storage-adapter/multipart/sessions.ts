@@ -158,13 +158,12 @@ export class UploadSessions {
     const id = randomUUID();
     return withTransaction(this.#pool, async (client) => {
       await lockPrincipal(client, options.principalId);
-      // A completing session counts whatever its expiry: it keeps its parts and job until the worker
-      // ends it (a stalled worker, a store failure waited out). An open one past its expiry has
-      // ended for every route (its parts count against the part bounds until the sweep).
+      // Every session that still holds its parts counts, whatever its expiry, as in the part bounds:
+      // a completing one until the worker ends it (a stalled worker, a store failure waited out), an
+      // open one past its expiry until the sweep marks it and removes its parts.
       const open = await client.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM arkvory_upload_sessions
-         WHERE ${principalIs('principal_id', options.principalId, 1)} AND state IN ${PENDING_STATES}
-           AND (state = 'completing' OR expires_at > now())`,
+         WHERE ${principalIs('principal_id', options.principalId, 1)} AND state IN ${PENDING_STATES}`,
         [options.principalId],
       );
       checkSessionCount(open.rows[0]!.n, this.#limits);
