@@ -7,14 +7,36 @@
 
 /**
  * Headers never dropped for being named in `Connection` (a sender must not list a header meant for
- * every recipient, RFC 9110 §7.6.1; nginx drops no header for being listed):
+ * every recipient, RFC 9110 §7.6.1; nginx drops no header for being listed, Envoy only `TE`):
  * - the framing ones: a body whose length went unsaid would run on into the next request on the
  *   kept-alive upstream connection (request smuggling, answers handed to the wrong clients);
  * - `Host`: the target itself. Dropped, a GET reached the gateway with the gateway's own address
  *   as its Host (undici fills one in) and any other request with none, which node:http answers
- *   with a bare 400 the gateway never sees, logs or counts.
+ *   with a bare 400 the gateway never sees, logs or counts;
+ * - the credentials (`Authorization`, `Cookie`): dropped, the request reached the gateway as a
+ *   request of nobody, where no other proxy an operator would put here loses them;
+ * - what says which answer is wanted (`Range` and the conditionals) and what the body is
+ *   (`Content-Type`, `Content-Encoding`, `Content-Digest`, `Repr-Digest`): dropped, the gateway
+ *   answered another request than the one sent, and as a success: a whole body for a range, a
+ *   range of a changed object past the `If-Range` that guarded a resume, an upload stored unchecked.
  */
-const NEVER_NAMED = new Set(['content-length', 'transfer-encoding', 'host']);
+const NEVER_NAMED = new Set([
+  'content-length',
+  'transfer-encoding',
+  'host',
+  'authorization',
+  'cookie',
+  'range',
+  'if-range',
+  'if-match',
+  'if-none-match',
+  'if-modified-since',
+  'if-unmodified-since',
+  'content-type',
+  'content-encoding',
+  'content-digest',
+  'repr-digest',
+]);
 
 /**
  * Names a `Connection` header lists beyond `keep-alive`/`close` and `NEVER_NAMED` (lower-case), or

@@ -1027,6 +1027,15 @@ describe('buildUpstreamHeaders', () => {
     // Nor is Host: the gateway would get its own address as the target, or none at all.
     expect(connectionNamed('close, Host')).toBeUndefined();
     expect(connectionNamed('HOST, x-z')).toEqual(new Set(['x-z']));
+    // Nor the credentials, nor what says which answer is wanted or what the body is: dropped, the
+    // gateway answered another request than the one sent (as nobody, a whole body for a range, …).
+    expect(
+      connectionNamed(
+        'Authorization, Cookie, Range, If-Range, If-Match, If-None-Match, If-Modified-Since, ' +
+          'If-Unmodified-Since, Content-Type, Content-Encoding, Content-Digest, Repr-Digest',
+      ),
+    ).toBeUndefined();
+    expect(connectionNamed('cookie, x-z, authorization')).toEqual(new Set(['x-z']));
   });
 
   it("puts the request id in place of the gateway's, whatever the length of the other names; none given keeps the gateway's", () => {
