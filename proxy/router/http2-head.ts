@@ -32,11 +32,7 @@ export const AUTHORITY_MISMATCH: ClientFault = {
  * than node:http may read the first one only); `Transfer-Encoding: chunked` added when `chunked`.
  * The fault instead when a `Host` names another authority.
  */
-function http1Head(
-  raw: readonly string[],
-  authority: string | undefined,
-  chunked: boolean,
-): string[] | ClientFault {
+function http1Head(raw: readonly string[], authority: string | undefined, chunked: boolean): string[] | ClientFault {
   // Host names compare case-insensitively (RFC 3986 §3.2.2); anything else is another authority.
   const wanted = authority === undefined ? '' : authority.toLowerCase();
   const head: string[] = authority === undefined ? [] : ['host', authority];
