@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { findClientFault } from './forwardable.ts';
+import { findClientFault, upstreamHeadBytes } from './forwardable.ts';
 
 const ok = ['Host', 'gw.example:8080', 'Accept', '*/*'];
 
@@ -58,5 +58,12 @@ describe('findClientFault', () => {
   it('never echoes a header value in its message', () => {
     const fault = findClientFault('GET', '/', ['Host', 'a', 'X-Secret', 'token\u0001value']);
     expect(fault?.message).not.toContain('token');
+  });
+});
+
+describe('upstreamHeadBytes', () => {
+  it('counts the target, the names and the values, as node:http does against its maxHeaderSize', () => {
+    expect(upstreamHeadBytes('/abc', [])).toBe(4);
+    expect(upstreamHeadBytes('/abc', ['Host', 'h', 'X-A', 'caf\u00e9'])).toBe(4 + 5 + 7);
   });
 });

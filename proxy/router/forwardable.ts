@@ -40,6 +40,8 @@ export const CLIENT_FAULT_KINDS = [
   'authority_mismatch',
   /** Refused by Node's HTTP parser before a request existed (the server's `clientError`). */
   'malformed_head',
+  /** A head the router took that the gateways' parser would refuse once the forwarding headers are in (`upstreamHeadBytes`). */
+  'head_too_large',
 ] as const;
 export type ClientFaultKind = (typeof CLIENT_FAULT_KINDS)[number];
 
@@ -66,6 +68,28 @@ const DUPLICATE_AUTHORIZATION: ClientFault = {
   code: 'duplicate_authorization',
   message: GATEWAY_ERRORS.entries.duplicate_authorization.message,
 };
+
+/**
+ * A head that, as the router forwards it (its forwarding headers added, an HTTP/2 header list
+ * written out as HTTP/1.1), is past what the gateways' node:http takes: refused here, as the
+ * gateway would refuse it (400), but before it costs a gateway connection, which the gateway
+ * closes after a head it cannot parse, and with a line that says why.
+ */
+export const HEAD_TOO_LARGE: ClientFault = fault(
+  'head_too_large',
+  'The request head, with the forwarding headers the router adds, is larger than a gateway accepts.',
+);
+
+/**
+ * The bytes of a head as node:http's parser counts them against its `maxHeaderSize` (the target,
+ * every header name and value; not the method, the separators or the line ends): a gateway refuses
+ * the head when this reaches the limit.
+ */
+export function upstreamHeadBytes(target: string, headers: readonly string[]): number {
+  let bytes = target.length;
+  for (let i = 0; i < headers.length; i++) bytes += headers[i]!.length;
+  return bytes;
+}
 
 /**
  * The reason the request cannot be forwarded, or undefined (the usual case). `rawHeaders` is

@@ -42,6 +42,9 @@ import type { RouterStats } from './router-stats.ts';
 import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
 import { type ClosableTarget, createUpstreamTargets } from './upstream-targets.ts';
 import { LogBudget } from '../../lib/log-budget.ts';
+import { knownMethod } from '../../lib/http-method.ts';
+import type { ClientFaults } from './client-faults.ts';
+import { HEAD_TOO_LARGE, upstreamHeadBytes } from './forwardable.ts';
 
 /**
  * An `Expect` asking for `100 Continue`, as node:http's server reads it (its `continueExpression`):
@@ -62,6 +65,13 @@ export interface ProxyHandlerOptions {
   onPoolChange?: (change: PoolChange) => void;
   /** Retries and ejections are counted here (the router's metrics read it). */
   stats: RouterStats;
+  /** Answers a request that cannot be forwarded (a head too large for the gateways). */
+  faults: ClientFaults;
+  /**
+   * What a gateway's parser takes (`upstreamHeadBytes` below it): node:http's `maxHeaderSize`, the
+   * same Node as the router's unless `--max-http-header-size` differs between them.
+   */
+  maxHeadBytes?: number;
 }
 
 export interface ProxyHandler {
@@ -70,12 +80,13 @@ export interface ProxyHandler {
    * sane id, else the router's) is the one its answer carries. `log` gives the request's logger
    * (made on first use: most requests log nothing through it). `traceHeaders`: the trace context
    * that replaces the client's `traceparent`/`tracestate` (the router's own span's, or none);
-   * undefined passes the client's on as they are.
+   * undefined passes the client's on as they are. `ids.clientReqId`: the client's sane id, for a
+   * refusal's line.
    */
   handle(
     req: IncomingMessage,
     res: ServerResponse,
-    ids: { readonly reqId: string; readonly answerId: string },
+    ids: { readonly reqId: string; readonly answerId: string; readonly clientReqId?: string | undefined },
     log: () => Logger,
     traceHeaders?: readonly string[],
   ): RequestOutcome;
@@ -261,6 +272,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   );
 
   const ownFailureLog = new LogBudget(OWN_FAILURE_LOG);
+  const maxHeadBytes = options.maxHeadBytes ?? http.maxHeaderSize;
   const relay: Relay = {
     pool: options.pool,
     idleTimeoutMs,
@@ -310,7 +322,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   };
 
   return {
-    handle(req, res, { reqId, answerId }, log, traceHeaders) {
+    handle(req, res, { reqId, answerId, clientReqId }, log, traceHeaders) {
       const { headers, socket } = req;
       // A connection reset under its request (sent, then RST at once) has a socket that no longer
       // reads its peer. Forwarded, the request named its client `unknown`, where a gateway that
@@ -343,6 +355,13 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       // Expect is hop-by-hop (stripped above): ask the gateway again, whose checks decide.
       if (expectsContinue) list.push('expect', '100-continue');
       if (traceHeaders) replaceTraceContext(list, traceHeaders);
+      // A head the router took (HTTP/1.1 up to the same limit, an HTTP/2 header list up to
+      // HTTP2_SETTINGS.maxHeaderListSize) may no longer fit a gateway once the forwarding headers
+      // are in: the gateway would refuse it (400, no request line) and close its connection.
+      if (upstreamHeadBytes(req.url ?? '/', list) >= maxHeadBytes) {
+        options.faults.refuse(res, HEAD_TOO_LARGE, { reqId, clientReqId }, knownMethod(req.method));
+        return { kind: classifyRequest(req.method ?? 'GET', req.url ?? '/'), backend: undefined, attempts: 0 };
+      }
       const hasBody = announcesBody(req);
       const host = headers.host;
       // The id goes back with every answer; for a request with a body set now, so that an answer

@@ -35,6 +35,8 @@ beforeAll(async () => {
       ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
       // A connection the router leaves un-ended stays open this long: well past the test.
       ARKVORY_KEEPALIVE_TIMEOUT_SECONDS: '60',
+      // Heads its parser refused are logged at debug ("client error").
+      ARKVORY_LOG_LEVEL: 'debug',
     },
   });
   await startTlsRouter(gateway, {
@@ -148,6 +150,63 @@ describe('a Connection header listing end-to-end headers', () => {
     );
     expect(answer.status).toBe(206);
     expect(answer.body).toBe('cdef');
+  });
+});
+
+describe('a head that fits the router but not a gateway once the forwarding headers are in', () => {
+  it('is refused by the router with a reason, over HTTP/1.1 and HTTP/2; the gateway never parses it', async () => {
+    const target = '/api/v1/repositories/r/artifacts/host/content';
+    const auth = `Bearer ${key}`;
+    // Under node:http's 16 KiB (target, names and values) as the client sends it, over it with the
+    // router's X-Forwarded-For, Forwarded, X-Forwarded-Proto, X-Forwarded-Host and x-request-id.
+    const filler = 'a'.repeat(
+      16_384 -
+        target.length -
+        'Host'.length -
+        'h'.length -
+        'Authorization'.length -
+        auth.length -
+        'X-Pad'.length -
+        'Connection'.length -
+        'close'.length -
+        50,
+    );
+    const before = gateway.logLines().length;
+    const answer = await http1(
+      `GET ${target} HTTP/1.1\r\nHost: h\r\nAuthorization: ${auth}\r\nX-Pad: ${filler}\r\nConnection: close\r\n\r\n`,
+    );
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.body)).toMatchObject({ code: 'malformed_request' });
+    // HTTP/2 announces a larger header list (16 KiB plus 32 bytes per field) than HTTP/1.1 takes.
+    const session = http2.connect(`https://127.0.0.1:${router.port}`, { ca });
+    session.on('error', () => {});
+    const h2 = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const stream = session.request({ ':path': target, authorization: auth, 'x-pad': 'a'.repeat(17_000) });
+      let status = 0;
+      let body = '';
+      stream.on('response', (h) => (status = Number(h[':status'])));
+      stream.on('data', (d: Buffer) => (body += d.toString()));
+      stream.on('end', () => resolve({ status, body }));
+      stream.on('error', reject);
+    });
+    session.close();
+    expect(h2.status).toBe(400);
+    expect(JSON.parse(h2.body)).toMatchObject({ code: 'malformed_request' });
+    await waitUntil(() => router.logLines().filter((l) => l.kind === 'head_too_large').length >= 2, {
+      what: "the router's head_too_large lines",
+    });
+    // A request after them: the gateway's lines are in by its own, and none is a head it could not parse.
+    const marker = await http1(`GET /api/v1/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    const markerId = requestIdOf(marker);
+    await waitUntil(() => gateway.logLines().some((l) => l.msg === 'request' && l.clientReqId === markerId), {
+      what: "the marker's gateway line",
+    });
+    expect(
+      gateway
+        .logLines()
+        .slice(before)
+        .filter((l) => l.msg === 'client error'),
+    ).toEqual([]);
   });
 });
 

@@ -191,7 +191,7 @@ export function createRouterServer(options: {
       outcome = handler.handle(
         req,
         res,
-        { reqId, answerId },
+        { reqId, answerId, clientReqId },
         () => (reqLog ??= log.child({ reqId, clientReqId })),
         foreign ? NO_TRACE_CONTEXT : undefined,
       );
@@ -205,7 +205,7 @@ export function createRouterServer(options: {
     const routed = handler.handle(
       req,
       res,
-      { reqId, answerId },
+      { reqId, answerId, clientReqId },
       () => (reqLog ??= log.child({ reqId, clientReqId, traceId: traced.traceId })),
       tracing.headersOf(traced),
     );

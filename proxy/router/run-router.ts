@@ -61,6 +61,8 @@ export async function runRouter(
   const reportChange = (change: { url: string; healthy: boolean; reason: string }) => {
     if (!change.healthy) log.warn({ backend: change.url, reason: change.reason }, 'gateway left the pool');
   };
+  const tally = createRouterTally();
+  const faults = createClientFaults({ log, count: (kind) => tally.countClientFault(kind) });
   const handler = createProxyHandler({
     pool,
     trusted: createTrustedProxies(config.trustedProxies),
@@ -68,9 +70,8 @@ export async function runRouter(
     idleTimeoutMs: config.router.idleTimeoutMs,
     onPoolChange: reportChange,
     stats,
+    faults,
   });
-  const tally = createRouterTally();
-  const faults = createClientFaults({ log, count: (kind) => tally.countClientFault(kind) });
   let metricsServer: MetricsServer | undefined;
   let monitor: ReturnType<typeof createHealthMonitor> | undefined;
   let server: ReturnType<typeof createRouterServer> | undefined;
