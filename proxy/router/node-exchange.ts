@@ -15,8 +15,6 @@ export interface NodeTarget {
   readonly agent: http.Agent;
   readonly hostname: string;
   readonly port: number;
-  /** `host:port` for a request that came without `Host` (HTTP/1.0). */
-  readonly host: string;
 }
 
 /** The request to the gateway; its socket's byte counters feed the idle sweep. */
@@ -100,8 +98,8 @@ export function sendOverNode(
     port: target.port,
     method: req.method,
     path: req.url,
-    // A head given as a list gets no Host from node:http: the gateway's, as before, when the client sent none.
-    headers: request.host === undefined ? [...request.headers, 'host', target.host] : request.headers,
+    // A head given as a list gets no Host from node:http: the list has one (proxy-handler.ts).
+    headers: request.headers,
     agent: target.agent,
   });
   const call = new NodeCall(proxyReq, req);

@@ -88,8 +88,6 @@ export interface RequestOutcome {
 export interface Upstream {
   /** End-to-end request headers plus the forwarding ones, as a flat name, value, … list. */
   readonly headers: string[];
-  /** The client's Host, if it sent one. */
-  readonly host: string | undefined;
   /** The client asked for `100 Continue`: the gateway is asked too and its 100 relayed. */
   readonly expectsContinue: boolean;
   /** The request announces a body (a non-zero Content-Length or Transfer-Encoding). */

@@ -263,7 +263,6 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         agent: secure ? agents.https : agents.http,
         hostname,
         port,
-        host: parsed.host,
         // No undici timeouts but the connect's: silence is the idle sweep's (it also sees uploads).
         dispatcher,
         close: () => dispatcher.close(),
@@ -283,7 +282,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       if (viaDispatcher(req, upstream)) {
         const exchange = new DispatchedExchange({ onResponse: attempt.onResponse, onError });
         attempt.upstream = exchange;
-        // The client's Host goes upstream as sent; without one undici sends the gateway's.
+        // The client's Host goes upstream as sent (empty when it sent none).
         target.dispatcher.dispatch({ method: 'GET', path: req.url ?? '/', headers: upstream.headers }, exchange);
       } else {
         // The gateway decides whether a body is wanted (auth, size, admission): the head carries
@@ -354,6 +353,12 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       );
       // Expect is hop-by-hop (stripped above): ask the gateway again, whose checks decide.
       if (expectsContinue) list.push('expect', '100-continue');
+      // A request that named no authority (HTTP/1.0 without Host, HTTP/2 without :authority or
+      // Host) goes on with an empty Host, as RFC 9112 §3.2 has a client send for a target without
+      // one. Left to the HTTP clients, it carried the gateway's own address (undici's and
+      // node:http's default), which the gateway then put in the answer: a pre-signed link to the
+      // gateway's internal address, past the router.
+      if (headers.host === undefined) list.push('host', '');
       if (traceHeaders) replaceTraceContext(list, traceHeaders);
       // A head the router took (HTTP/1.1 up to the same limit, an HTTP/2 header list up to
       // HTTP2_SETTINGS.maxHeaderListSize) may no longer fit a gateway once the forwarding headers
@@ -363,12 +368,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         return { kind: classifyRequest(req.method ?? 'GET', req.url ?? '/'), backend: undefined, attempts: 0 };
       }
       const hasBody = announcesBody(req);
-      const host = headers.host;
       // The id goes back with every answer; for a request with a body set now, so that an answer
       // the front door gives (408 for a stalled body) carries it too. Bodiless requests leave `res`
       // untouched: writeHead with a raw list and nothing set before is node:http's fast path.
       if (hasBody) res.setHeader('x-request-id', answerId);
-      const upstream: Upstream = { headers: list, host, expectsContinue, hasBody, answerId };
+      const upstream: Upstream = { headers: list, expectsContinue, hasBody, answerId };
       return new ProxiedRequest(relay, req, res, upstream, log).run();
     },
     close() {

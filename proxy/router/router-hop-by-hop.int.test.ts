@@ -132,6 +132,26 @@ describe('a Connection header listing end-to-end headers', () => {
     );
   });
 
+  it("a request that names no authority never gets the gateway's own address: no link to it past the router", async () => {
+    // HTTP/1.0 needs no Host. Forwarded without one, the HTTP clients sent the gateway's address,
+    // and the gateway made the pre-signed link from it.
+    const presign = await http1(
+      `POST /api/v1/repositories/r/artifacts/host/presign HTTP/1.0\r\nAuthorization: Bearer ${key}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: 2\r\n\r\n`,
+      '{}',
+    );
+    expect(presign.status).toBe(201);
+    const { url } = JSON.parse(presign.body) as { url: string };
+    expect(url).not.toContain(String(gateway.port));
+    expect(url).toMatch(/^\/api\/v1\/repositories\/r\/artifacts\/host\/content\?/);
+    // Reads and HEADs without Host still go through (undici and node:http alike).
+    const auth = `Authorization: Bearer ${key}\r\n`;
+    expect((await http1(`GET /api/v1/repositories/r/artifacts/host/content HTTP/1.0\r\n${auth}\r\n`)).body).toBe('x');
+    expect((await http1(`HEAD /api/v1/repositories/r/artifacts/host/content HTTP/1.0\r\n${auth}\r\n`)).status).toBe(
+      200,
+    );
+  });
+
   it('never drops the credentials, Range or the conditionals: the gateway answers the request the client sent', async () => {
     const auth = `Authorization: Bearer ${key}\r\n`;
     const put = await http1(
