@@ -353,8 +353,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       );
       // Expect is hop-by-hop (stripped above): ask the gateway again, whose checks decide.
       if (expectsContinue) list.push('expect', '100-continue');
-      // A request that named no authority (HTTP/1.0 without Host, HTTP/2 without :authority or
-      // Host) goes on with an empty Host, as RFC 9112 §3.2 has a client send for a target without
+      // A request that named no authority (HTTP/1.0 without Host: node:http refuses an HTTP/1.1
+      // one, node:http2 a stream without :authority or Host) goes on with an empty Host, as RFC 9112 §3.2 has a client send for a target without
       // one. Left to the HTTP clients, it carried the gateway's own address (undici's and
       // node:http's default), which the gateway then put in the answer: a pre-signed link to the
       // gateway's internal address, past the router.
