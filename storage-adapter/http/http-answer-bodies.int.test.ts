@@ -54,3 +54,16 @@ describe('static store answers read whole (real nginx answering 64 MiB, or trick
     }
   });
 });
+
+describe('static store listings of a broken or hostile server (real nginx answering them)', () => {
+  it('a JSON listing naming `..` is 502 upstream_unreachable: gc never deletes `tmp/..`, the store root to nginx', async () => {
+    const dav = new WebDavClient(`${store.base}/dotdot-static/`, upstream);
+    try {
+      const err = await storageFailureOf(() => httpTree(dav).list('tmp'));
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('not a plain name ("..")');
+    } finally {
+      await dav.close();
+    }
+  });
+});

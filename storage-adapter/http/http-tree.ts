@@ -4,6 +4,7 @@
  */
 import { BODY_CAPS, drainBody, readBoundedText } from '../streaming/bounded-body.ts';
 import { unexpectedStatus } from '../streaming/http-upstream.ts';
+import { listedName } from '../streaming/listed-names.ts';
 import type { WebDavClient } from './http-webdav.ts';
 import { sessionRelativeDir, STORAGE_ID_FILE } from '../paths.ts';
 import type { IdentityObject } from '../identity.ts';
@@ -37,7 +38,8 @@ export function httpTree(dav: WebDavClient): StoreTree {
       }
       return entries.map(
         (e): TreeEntry => ({
-          name: String(e.name),
+          // Joined onto `dir` and then deleted or moved by gc and scrub: one plain segment only.
+          name: listedName(String(e.name), `${location}${dir}/`),
           isDirectory: e.type === 'directory',
           sizeBytes: Number(e.size ?? 0),
         }),

@@ -6,11 +6,18 @@
  * once (nginx ends the request well short of the body).
  */
 import { describe, expect, it } from 'vitest';
-import { HUGE_BYTES, SLOW_BYTES, storageFailureOf, useMisbehavingStore } from '../../test/support/misbehaving-store.ts';
+import {
+  FOREIGN_KEY,
+  HUGE_BYTES,
+  SLOW_BYTES,
+  storageFailureOf,
+  useMisbehavingStore,
+} from '../../test/support/misbehaving-store.ts';
 import { STORAGE_ERRORS } from '../errors.ts';
 import { BODY_CAPS } from '../streaming/bounded-body.ts';
 import { createS3Client } from './s3-client.ts';
 import { putOverSocket } from './s3-socket-write.ts';
+import { removeTree, s3Tree, type S3Bucket } from './s3-tree.ts';
 
 const store = useMisbehavingStore();
 const client = (bucket: string, timeoutMs: number) =>
@@ -88,5 +95,54 @@ describe('S3 answers read whole (real nginx answering 64 MiB, or trickling)', ()
     expect(err.code).toBe('upstream_timeout');
     expect(err.message).toContain(`no answer within ${timeoutMs} ms of the last byte`);
     expect(await store.sentFor('/slow-put/object')).toBeLessThan(SLOW_BYTES);
+  });
+});
+
+describe('S3 listings of a broken or hostile server (real nginx answering them)', () => {
+  const bucketOf = (name: string): S3Bucket => ({
+    client: client(name, 30_000),
+    location: { bucket: name, prefix: '' },
+    limits: { singlePutBytes: 1, partBytes: 1, copyBytes: 1 },
+    timeoutMs: 30_000,
+    keyOf: (relative) => relative,
+  });
+
+  it('a listing with a key outside the prefix asked is 502 upstream_unreachable, and nothing listed is deleted', async () => {
+    const bucket = bucketOf('foreign-bucket');
+    try {
+      const err = await storageFailureOf(() => removeTree(bucket, 'tmp/own'));
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('outside that prefix');
+      expect(err.message).toContain(FOREIGN_KEY);
+      expect((await store.requests()).filter((line) => line.includes('"DELETE /foreign-bucket/'))).toEqual([]);
+    } finally {
+      await bucket.client.close();
+    }
+  });
+
+  it('a listing whose next page token was given before is 502 upstream_unreachable, not an endless listing', async () => {
+    const s3 = client('loop-bucket', 30_000);
+    try {
+      let listed = 0;
+      const err = await storageFailureOf(async () => {
+        for await (const _ of s3.list('p/')) if (++listed > 10) return;
+      });
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('already given');
+      expect(listed).toBe(2);
+    } finally {
+      await s3.close();
+    }
+  });
+
+  it('a listed name that is not one plain path segment (`..`) is 502 upstream_unreachable', async () => {
+    const bucket = bucketOf('dotdot-bucket');
+    try {
+      const err = await storageFailureOf(() => s3Tree(bucket, 's3://dotdot-bucket/').list('tmp'));
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('not a plain name ("..")');
+    } finally {
+      await bucket.client.close();
+    }
   });
 });

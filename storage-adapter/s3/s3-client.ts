@@ -169,6 +169,33 @@ export function etagOf(value: unknown): string | undefined {
   return value.replace(/^W\//, '').replace(/^"(.*)"$/, '$1');
 }
 
+/**
+ * A listed key, which must lie under the prefix asked for: callers delete what a listing gives
+ * (removeTree, gc's aborts), so a server that ignores `prefix` (or a hostile one) must not steer
+ * them to objects outside the store's own prefix. Refused whole: 502 `upstream_unreachable`.
+ */
+function underPrefix(key: string, prefix: string, what: string): string {
+  if (key.startsWith(prefix)) return key;
+  throw new StorageError(
+    'upstream_unreachable',
+    `The S3 server answered ${what} with a key outside that prefix (${JSON.stringify(key.slice(0, 200))}); nothing was done with it.`,
+  );
+}
+
+/**
+ * The next page's token, refused when a page before had it: a server that hands out the same
+ * token again would have the listing (and the keys its caller gathers) go on forever.
+ */
+function nextPage(seen: Set<string>, token: string, what: string): string {
+  if (seen.has(token))
+    throw new StorageError(
+      'upstream_unreachable',
+      `The S3 server answered ${what} with a page token it had already given; the listing would not end.`,
+    );
+  seen.add(token);
+  return token;
+}
+
 const EMPTY_SHA256 = createHash('sha256').update('').digest('hex');
 
 export function createS3Client(options: S3ClientOptions): S3Client {
@@ -286,6 +313,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     },
     async *list(prefix, delimiter) {
       let token: string | undefined;
+      const tokens = new Set<string>();
       do {
         const query: Record<string, string> = { 'list-type': '2', prefix, 'max-keys': '1000' };
         if (delimiter) query.delimiter = delimiter;
@@ -299,13 +327,22 @@ export function createS3Client(options: S3ClientOptions): S3Client {
               NextContinuationToken?: string;
             }
           | undefined;
-        for (const p of doc?.CommonPrefixes ?? []) yield { commonPrefix: String(p.Prefix) };
-        for (const c of doc?.Contents ?? []) yield { object: { key: String(c.Key), sizeBytes: Number(c.Size) } };
+        const what = `ListObjectsV2 ${prefix}`;
+        // Validated before any is handed out: the caller may delete what it is given (removeTree).
+        const prefixes = (doc?.CommonPrefixes ?? []).map((p) => underPrefix(String(p.Prefix), prefix, what));
+        const objects = (doc?.Contents ?? []).map((c) => ({
+          key: underPrefix(String(c.Key), prefix, what),
+          sizeBytes: Number(c.Size),
+        }));
+        for (const commonPrefix of prefixes) yield { commonPrefix };
+        for (const object of objects) yield { object };
         token = doc?.IsTruncated === 'true' ? doc.NextContinuationToken : undefined;
+        if (token !== undefined) token = nextPage(tokens, String(token), what);
       } while (token);
     },
     async *listMultipartUploads(prefix) {
       let marker: { key: string; uploadId: string } | undefined;
+      const markers = new Set<string>();
       do {
         const query: Record<string, string> = { uploads: '', prefix, 'max-uploads': '1000' };
         if (marker) Object.assign(query, { 'key-marker': marker.key, 'upload-id-marker': marker.uploadId });
@@ -318,11 +355,17 @@ export function createS3Client(options: S3ClientOptions): S3Client {
               NextUploadIdMarker?: string;
             }
           | undefined;
-        for (const u of doc?.Upload ?? []) yield { key: String(u.Key), uploadId: String(u.UploadId) };
+        const what = `ListMultipartUploads ${prefix}`;
+        const uploads = (doc?.Upload ?? []).map((u) => ({
+          key: underPrefix(String(u.Key), prefix, what),
+          uploadId: String(u.UploadId),
+        }));
+        for (const upload of uploads) yield upload;
         marker =
           doc?.IsTruncated === 'true' && doc.NextKeyMarker
             ? { key: String(doc.NextKeyMarker), uploadId: String(doc.NextUploadIdMarker ?? '') }
             : undefined;
+        if (marker) nextPage(markers, JSON.stringify(marker), what);
       } while (marker);
     },
     close: () => pool.close(),

@@ -5,6 +5,7 @@
  */
 import { StorageError } from '../errors.ts';
 import { sessionRelativeDir } from '../paths.ts';
+import { listedName } from '../streaming/listed-names.ts';
 import type { S3Client } from './s3-client.ts';
 import type { S3Location } from './s3-location.ts';
 import { abortMultipart, copyObject, readObject, uploadObject, type S3Limits } from './s3-transfer.ts';
@@ -44,16 +45,18 @@ export function s3Tree(bucket: S3Bucket, locationText: string): StoreTree {
     async list(dir) {
       const prefix = keyOf(`${dir}/`);
       const entries: TreeEntry[] = [];
+      // Joined onto `dir` and then deleted or moved by gc and scrub: one plain segment only.
+      const what = `${locationText}${dir}/`;
       for await (const entry of client.list(prefix, '/')) {
         if (entry.commonPrefix)
           entries.push({
-            name: entry.commonPrefix.slice(prefix.length).replace(/\/$/, ''),
+            name: listedName(entry.commonPrefix.slice(prefix.length).replace(/\/$/, ''), what),
             isDirectory: true,
             sizeBytes: 0,
           });
         else if (entry.object && entry.object.key.length > prefix.length)
           entries.push({
-            name: entry.object.key.slice(prefix.length),
+            name: listedName(entry.object.key.slice(prefix.length), what),
             isDirectory: false,
             sizeBytes: entry.object.sizeBytes,
           });

@@ -22,6 +22,8 @@ export const WHOLE_BYTES = 1024 * 1024 * 1024;
 /** The object size the `/range/short-…` answers claim in their Content-Range. */
 export const RANGE_OBJECT_BYTES = 1000;
 const SLOW_RATE = 200;
+/** The one key bucket `foreign-bucket` lists, whatever prefix is asked. */
+export const FOREIGN_KEY = `blobs/sha256/aa/bb/${'a'.repeat(64)}`;
 
 export interface MisbehavingStore {
   /**
@@ -32,10 +34,16 @@ export interface MisbehavingStore {
    * Ranged GETs (any Range): `/range/short-range` answers 206 `bytes 0-99/1000` with 100 bytes;
    * `/range/short-body` 206 `bytes 0-199/1000` with 100 bytes (Content-Length 100, a clean end);
    * `/range/whole` ignores Range and answers 200 with the whole 1 GiB object.
+   * Listings of a broken or hostile store: bucket `foreign-bucket` lists `FOREIGN_KEY` whatever
+   * prefix is asked (and answers any DELETE 204), `loop-bucket` lists `p/k` on a truncated page whose
+   * continuation token is always the same, `dotdot-bucket` a common prefix `tmp/../`; the static
+   * `/dotdot-static/tmp/` autoindex lists a directory named `..`.
    */
   base: string;
   /** Bytes nginx sent for the finished request whose line contains `target`, once it finished. */
   sentFor(target: string): Promise<number>;
+  /** The access log's lines so far (`<status> <bytes sent> "<request line>"`). */
+  requests(): Promise<string[]>;
 }
 
 /** The file's misbehaving store, started before its tests and stopped after them. */
@@ -44,6 +52,10 @@ export function useMisbehavingStore(): MisbehavingStore {
   let nginx: ChildProcess | undefined;
   const store: MisbehavingStore = {
     base: '',
+    async requests() {
+      const log = await readFile(path.join(dir!, 'access.log'), 'utf8').catch(() => '');
+      return log.split('\n').filter((l) => l !== '');
+    },
     async sentFor(target) {
       let sent: number | undefined;
       await waitUntil(
@@ -93,6 +105,11 @@ server {
   location = /range/short-range { add_header Content-Range "bytes 0-99/${RANGE_OBJECT_BYTES}" always; return 206 "${'x'.repeat(100)}"; }
   location = /range/short-body { add_header Content-Range "bytes 0-199/${RANGE_OBJECT_BYTES}" always; return 206 "${'x'.repeat(100)}"; }
   location = /range/whole { max_ranges 0; default_type application/octet-stream; alias ${whole}; }
+  location = /foreign-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>${FOREIGN_KEY}</Key><Size>1</Size></Contents><IsTruncated>false</IsTruncated></ListBucketResult>'; }
+  location /foreign-bucket/ { return 204; }
+  location = /loop-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken></ListBucketResult>'; }
+  location = /dotdot-bucket { default_type application/xml; return 200 '<ListBucketResult><CommonPrefixes><Prefix>tmp/../</Prefix></CommonPrefixes><IsTruncated>false</IsTruncated></ListBucketResult>'; }
+  location = /dotdot-static/tmp/ { default_type application/json; return 200 '[{"name":"..","type":"directory"}]'; }
 }`,
     });
     const child = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
