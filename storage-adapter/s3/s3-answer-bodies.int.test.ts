@@ -135,6 +135,21 @@ describe('S3 listings of a broken or hostile server (real nginx answering them)'
     }
   });
 
+  it('a truncated listing page without a next token is 502 upstream_unreachable, not a listing that ends early', async () => {
+    const s3 = client('notoken-bucket', 30_000);
+    try {
+      let listed = 0;
+      const err = await storageFailureOf(async () => {
+        for await (const _ of s3.list('p/')) listed++;
+      });
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('no token for the next one');
+      expect(listed).toBe(1);
+    } finally {
+      await s3.close();
+    }
+  });
+
   it('a listed name that is not one plain path segment (`..`) is 502 upstream_unreachable', async () => {
     const bucket = bucketOf('dotdot-bucket');
     try {

@@ -183,10 +183,18 @@ function underPrefix(key: string, prefix: string, what: string): string {
 }
 
 /**
- * The next page's token, refused when a page before had it: a server that hands out the same
- * token again would have the listing (and the keys its caller gathers) go on forever.
+ * The next page's token of a truncated page, refused when there is none (the listing would end
+ * early, silently: scrub would report the blobs it never saw as missing) or a page before had it (a
+ * server that hands out the same token again would have the listing, and the keys its caller
+ * gathers, go on forever).
  */
-function nextPage(seen: Set<string>, token: string, what: string): string {
+function nextPage(seen: Set<string>, value: unknown, what: string): string {
+  const token = value === undefined || value === null ? '' : String(value);
+  if (token === '')
+    throw new StorageError(
+      'upstream_unreachable',
+      `The S3 server answered ${what} with a truncated page and no token for the next one.`,
+    );
   if (seen.has(token))
     throw new StorageError(
       'upstream_unreachable',
@@ -336,8 +344,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
         }));
         for (const commonPrefix of prefixes) yield { commonPrefix };
         for (const object of objects) yield { object };
-        token = doc?.IsTruncated === 'true' ? doc.NextContinuationToken : undefined;
-        if (token !== undefined) token = nextPage(tokens, String(token), what);
+        token = doc?.IsTruncated === 'true' ? nextPage(tokens, doc.NextContinuationToken, what) : undefined;
       } while (token);
     },
     async *listMultipartUploads(prefix) {
@@ -361,11 +368,13 @@ export function createS3Client(options: S3ClientOptions): S3Client {
           uploadId: String(u.UploadId),
         }));
         for (const upload of uploads) yield upload;
-        marker =
-          doc?.IsTruncated === 'true' && doc.NextKeyMarker
-            ? { key: String(doc.NextKeyMarker), uploadId: String(doc.NextUploadIdMarker ?? '') }
-            : undefined;
-        if (marker) nextPage(markers, JSON.stringify(marker), what);
+        marker = undefined;
+        if (doc?.IsTruncated === 'true') {
+          // One key may have uploads on several pages: the pair is the page's token.
+          const next = { key: String(doc.NextKeyMarker ?? ''), uploadId: String(doc.NextUploadIdMarker ?? '') };
+          nextPage(markers, next.key === '' ? undefined : JSON.stringify(next), what);
+          marker = next;
+        }
       } while (marker);
     },
     close: () => pool.close(),

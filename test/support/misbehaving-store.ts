@@ -36,7 +36,8 @@ export interface MisbehavingStore {
    * `/range/whole` ignores Range and answers 200 with the whole 1 GiB object.
    * Listings of a broken or hostile store: bucket `foreign-bucket` lists `FOREIGN_KEY` whatever
    * prefix is asked (and answers any DELETE 204), `loop-bucket` lists `p/k` on a truncated page whose
-   * continuation token is always the same, `dotdot-bucket` a common prefix `tmp/../`; the static
+   * continuation token is always the same, `notoken-bucket` the same page with no token at all,
+   * `dotdot-bucket` a common prefix `tmp/../`; the static
    * `/dotdot-static/tmp/` autoindex lists a directory named `..`.
    */
   base: string;
@@ -108,6 +109,7 @@ server {
   location = /foreign-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>${FOREIGN_KEY}</Key><Size>1</Size></Contents><IsTruncated>false</IsTruncated></ListBucketResult>'; }
   location /foreign-bucket/ { return 204; }
   location = /loop-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken></ListBucketResult>'; }
+  location = /notoken-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated></ListBucketResult>'; }
   location = /dotdot-bucket { default_type application/xml; return 200 '<ListBucketResult><CommonPrefixes><Prefix>tmp/../</Prefix></CommonPrefixes><IsTruncated>false</IsTruncated></ListBucketResult>'; }
   location = /dotdot-static/tmp/ { default_type application/json; return 200 '[{"name":"..","type":"directory"}]'; }
 }`,
