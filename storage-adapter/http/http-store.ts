@@ -21,6 +21,7 @@ import { checkedUpload } from '../streaming/checked-upload.ts';
 import { StorageError } from '../errors.ts';
 import {
   createUpstreamPool,
+  headLength,
   unexpectedStatus,
   upstreamError,
   type UpstreamOptions,
@@ -149,8 +150,9 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
         const res = await dav.call({ method: 'HEAD', path: dav.pathOf(blobName(sha256)) });
         await drainBody(res.body, dav.timeoutMs);
         if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
-        if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `HEAD ${dav.pathOf(blobName(sha256))}`);
-        return openReader(sha256, Number(res.headers['content-length']), ranges, undefined);
+        const what = `HEAD ${dav.pathOf(blobName(sha256))}`;
+        if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, what);
+        return openReader(sha256, headLength(res.headers['content-length'], what), ranges, undefined);
       }
       const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
       return openReader(sha256, first.sizeBytes, ranges, first);

@@ -150,6 +150,17 @@ describe('S3 listings of a broken or hostile server (real nginx answering them)'
     }
   });
 
+  it('a HEAD answered without a Content-Length is 502 upstream_unreachable, not an object of NaN bytes', async () => {
+    const s3 = client('nolength-bucket', 30_000);
+    try {
+      const err = await storageFailureOf(() => s3.head('object'));
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('without a valid Content-Length');
+    } finally {
+      await s3.close();
+    }
+  });
+
   it('a listed name that is not one plain path segment (`..`) is 502 upstream_unreachable', async () => {
     const bucket = bucketOf('dotdot-bucket');
     try {

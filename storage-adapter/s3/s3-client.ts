@@ -13,7 +13,7 @@ import { XMLParser } from 'fast-xml-parser';
 import type { Dispatcher, Pool } from 'undici';
 import { StorageError } from '../errors.ts';
 import { BODY_CAPS, drainBody, OversizedBodyError, readBoundedText } from '../streaming/bounded-body.ts';
-import { createUpstreamPool, upstreamError, type UpstreamOptions } from '../streaming/http-upstream.ts';
+import { createUpstreamPool, headLength, upstreamError, type UpstreamOptions } from '../streaming/http-upstream.ts';
 import { encodeRfc3986, pathStyleObjectPath } from './s3-location.ts';
 
 export interface S3Credentials {
@@ -309,7 +309,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
       await drainBody(res.body, options.timeoutMs);
       if (res.statusCode === 404) return undefined;
       if (res.statusCode !== 200) throw storageErrorOfS3(res.statusCode, undefined, `HEAD ${key}`, bucket);
-      return { sizeBytes: Number(res.headers['content-length']), etag: etagOf(res.headers.etag) };
+      return { sizeBytes: headLength(res.headers['content-length'], `HEAD ${key}`), etag: etagOf(res.headers.etag) };
     },
     async delete(key) {
       const res = await request({ method: 'DELETE', key });

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { StorageError } from '../errors.ts';
-import { parseContentRange, sendStreamedBody, unexpectedStatus, upstreamError } from './http-upstream.ts';
+import { headLength, parseContentRange, sendStreamedBody, unexpectedStatus, upstreamError } from './http-upstream.ts';
 
 const withCode = (code: string) => Object.assign(new Error(code), { code });
 
@@ -85,4 +85,26 @@ describe('sendStreamedBody: a store that takes no more of the body', () => {
       code: 'upstream_timeout',
     });
   });
+});
+
+describe('headLength: the object size of a HEAD answer', () => {
+  it('is a plain non-negative integer Content-Length', () => {
+    expect(headLength('0', 'HEAD /x')).toBe(0);
+    expect(headLength('1048576', 'HEAD /x')).toBe(1048576);
+  });
+
+  it.each([[undefined], [''], ['-1'], ['1e3'], [' 12'], ['12, 12'], ['99999999999999999']])(
+    '%j is 502 upstream_unreachable, never a size',
+    (value) => {
+      const err = (() => {
+        try {
+          headLength(value, 'HEAD /x');
+        } catch (e) {
+          return e;
+        }
+      })();
+      expect(err).toBeInstanceOf(StorageError);
+      expect((err as StorageError).code).toBe('upstream_unreachable');
+    },
+  );
 });

@@ -43,6 +43,21 @@ export function parseContentRange(
   return m ? { start: Number(m[1]), end: Number(m[2]), size: Number(m[3]) } : undefined;
 }
 
+/**
+ * The object size a HEAD answer gives: its Content-Length, which must be a plain non-negative
+ * integer. Without one (or with junk) the store's answer says nothing of the blob: 502
+ * `upstream_unreachable`, not a size of NaN that later reads as a damaged catalog row (a 500).
+ */
+export function headLength(value: string | string[] | undefined, what: string): number {
+  const text = String(value ?? '');
+  const size = /^\d{1,16}$/.test(text) ? Number(text) : Number.NaN;
+  if (Number.isSafeInteger(size)) return size;
+  throw new StorageError(
+    'upstream_unreachable',
+    `The artifact store answered ${what} without a valid Content-Length (${JSON.stringify(text.slice(0, 40))}).`,
+  );
+}
+
 export interface UpstreamOptions {
   readonly connectTimeoutMs: number;
   /** Longest wait for response headers and longest silence inside a response body. */

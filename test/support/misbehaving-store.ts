@@ -38,7 +38,8 @@ export interface MisbehavingStore {
    * prefix is asked (and answers any DELETE 204), `loop-bucket` lists `p/k` on a truncated page whose
    * continuation token is always the same, `notoken-bucket` the same page with no token at all,
    * `dotdot-bucket` a common prefix `tmp/../`; the static
-   * `/dotdot-static/tmp/` autoindex lists a directory named `..`.
+   * `/dotdot-static/tmp/` autoindex lists a directory named `..`. Objects of `nolength-bucket` are
+   * answered (HEAD too) without a Content-Length (a body filter, as a rewriting proxy would).
    */
   base: string;
   /** Bytes nginx sent for the finished request whose line contains `target`, once it finished. */
@@ -110,6 +111,7 @@ server {
   location /foreign-bucket/ { return 204; }
   location = /loop-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken></ListBucketResult>'; }
   location = /notoken-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated></ListBucketResult>'; }
+  location /nolength-bucket/ { default_type text/html; sub_filter_once on; sub_filter 'x' 'y'; alias ${dir}/; try_files /slow =404; }
   location = /dotdot-bucket { default_type application/xml; return 200 '<ListBucketResult><CommonPrefixes><Prefix>tmp/../</Prefix></CommonPrefixes><IsTruncated>false</IsTruncated></ListBucketResult>'; }
   location = /dotdot-static/tmp/ { default_type application/json; return 200 '[{"name":"..","type":"directory"}]'; }
 }`,
