@@ -150,6 +150,23 @@ describe('S3 listings of a broken or hostile server (real nginx answering them)'
     }
   });
 
+  it('a listing answered 200 with a page that is not a listing (HTML) is 502 upstream_unreachable, not an empty listing', async () => {
+    const s3 = client('portal-bucket', 30_000);
+    try {
+      const err = await storageFailureOf(async () => {
+        for await (const _ of s3.list('p/')) void _;
+      });
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('not a ListBucketResult');
+      const uploads = await storageFailureOf(async () => {
+        for await (const _ of s3.listMultipartUploads('')) void _;
+      });
+      expect(uploads.message).toContain('not a ListMultipartUploadsResult');
+    } finally {
+      await s3.close();
+    }
+  });
+
   it('a HEAD answered without a Content-Length is 502 upstream_unreachable, not an object of NaN bytes', async () => {
     const s3 = client('nolength-bucket', 30_000);
     try {

@@ -170,6 +170,18 @@ export function etagOf(value: unknown): string | undefined {
 }
 
 /**
+ * The `<root>` element of a listing answer. A 200 whose XML has no such element (an HTML page of a
+ * proxy or a login portal parses too) is not an empty listing: taken as one, scrub would report
+ * every blob missing. Refused: 502 `upstream_unreachable`.
+ */
+function listResult(text: string, root: string, what: string): unknown {
+  const doc = parseXml(text, what)[root];
+  if (doc === undefined)
+    throw new StorageError('upstream_unreachable', `The S3 server answered ${what} with XML that is not a ${root}.`);
+  return doc;
+}
+
+/**
  * A listed key, which must lie under the prefix asked for: callers delete what a listing gives
  * (removeTree, gc's aborts), so a server that ignores `prefix` (or a hostile one) must not steer
  * them to objects outside the store's own prefix. Refused whole: 502 `upstream_unreachable`.
@@ -327,7 +339,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
         if (delimiter) query.delimiter = delimiter;
         if (token) query['continuation-token'] = token;
         const { text } = await expectOk({ method: 'GET', query }, `ListObjectsV2 ${prefix}`, BODY_CAPS.s3Page);
-        const doc = parseXml(text, `ListObjectsV2 ${prefix}`).ListBucketResult as
+        const doc = listResult(text, 'ListBucketResult', `ListObjectsV2 ${prefix}`) as
           | {
               Contents?: Array<{ Key: string; Size: string }>;
               CommonPrefixes?: Array<{ Prefix: string }>;
@@ -354,7 +366,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
         const query: Record<string, string> = { uploads: '', prefix, 'max-uploads': '1000' };
         if (marker) Object.assign(query, { 'key-marker': marker.key, 'upload-id-marker': marker.uploadId });
         const { text } = await expectOk({ method: 'GET', query }, `ListMultipartUploads ${prefix}`, BODY_CAPS.s3Page);
-        const doc = parseXml(text, `ListMultipartUploads ${prefix}`).ListMultipartUploadsResult as
+        const doc = listResult(text, 'ListMultipartUploadsResult', `ListMultipartUploads ${prefix}`) as
           | {
               Upload?: Array<{ Key: string; UploadId: string }>;
               IsTruncated?: string;

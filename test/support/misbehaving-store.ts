@@ -37,7 +37,7 @@ export interface MisbehavingStore {
    * Listings of a broken or hostile store: bucket `foreign-bucket` lists `FOREIGN_KEY` whatever
    * prefix is asked (and answers any DELETE 204), `loop-bucket` lists `p/k` on a truncated page whose
    * continuation token is always the same, `notoken-bucket` the same page with no token at all,
-   * `dotdot-bucket` a common prefix `tmp/../`; the static
+   * `portal-bucket` an HTML page (200) for its listings, `dotdot-bucket` a common prefix `tmp/../`; the static
    * `/dotdot-static/tmp/` autoindex lists a directory named `..`. Objects of `nolength-bucket` are
    * answered (HEAD too) without a Content-Length (a body filter, as a rewriting proxy would).
    */
@@ -112,6 +112,7 @@ server {
   location = /loop-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken></ListBucketResult>'; }
   location = /notoken-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated></ListBucketResult>'; }
   location /nolength-bucket/ { default_type text/html; sub_filter_once on; sub_filter 'x' 'y'; alias ${dir}/; try_files /slow =404; }
+  location = /portal-bucket { default_type text/html; return 200 '<html><body><p>Sign in to continue</p></body></html>'; }
   location = /dotdot-bucket { default_type application/xml; return 200 '<ListBucketResult><CommonPrefixes><Prefix>tmp/../</Prefix></CommonPrefixes><IsTruncated>false</IsTruncated></ListBucketResult>'; }
   location = /dotdot-static/tmp/ { default_type application/json; return 200 '[{"name":"..","type":"directory"}]'; }
 }`,
