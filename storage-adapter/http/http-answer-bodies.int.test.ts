@@ -66,4 +66,15 @@ describe('static store listings of a broken or hostile server (real nginx answer
       await dav.close();
     }
   });
+
+  it('a JSON listing whose entries have no name is 502 upstream_unreachable, not entries named "undefined"', async () => {
+    const dav = new WebDavClient(`${store.base}/noname-static/`, upstream);
+    try {
+      const err = await storageFailureOf(() => httpTree(dav).list('tmp'));
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('not a plain name ("")');
+    } finally {
+      await dav.close();
+    }
+  });
 });

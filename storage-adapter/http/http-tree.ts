@@ -27,7 +27,7 @@ export function httpTree(dav: WebDavClient): StoreTree {
         { capBytes: BODY_CAPS.autoindex, timeoutMs: dav.timeoutMs },
         `GET ${target}`,
       );
-      let entries: Array<{ name?: unknown; type?: unknown; size?: unknown }>;
+      let entries: Array<{ name?: unknown; type?: unknown; size?: unknown } | null>;
       try {
         entries = JSON.parse(text) as typeof entries;
         if (!Array.isArray(entries)) throw new Error('not a list');
@@ -39,9 +39,9 @@ export function httpTree(dav: WebDavClient): StoreTree {
       return entries.map(
         (e): TreeEntry => ({
           // Joined onto `dir` and then deleted or moved by gc and scrub: one plain segment only.
-          name: listedName(String(e.name), `${location}${dir}/`),
-          isDirectory: e.type === 'directory',
-          sizeBytes: Number(e.size ?? 0),
+          name: listedName(typeof e?.name === 'string' ? e.name : '', `${location}${dir}/`),
+          isDirectory: e?.type === 'directory',
+          sizeBytes: Number(e?.size ?? 0),
         }),
       );
     },

@@ -38,7 +38,7 @@ export interface MisbehavingStore {
    * prefix is asked (and answers any DELETE 204), `loop-bucket` lists `p/k` on a truncated page whose
    * continuation token is always the same, `notoken-bucket` the same page with no token at all,
    * `portal-bucket` an HTML page (200) for its listings, `dotdot-bucket` a common prefix `tmp/../`; the static
-   * `/dotdot-static/tmp/` autoindex lists a directory named `..`. Objects of `nolength-bucket` are
+   * `/dotdot-static/tmp/` autoindex lists a directory named `..`, and `/noname-static/tmp/`'s entries without a name. Objects of `nolength-bucket` are
    * answered (HEAD too) without a Content-Length (a body filter, as a rewriting proxy would).
    */
   base: string;
@@ -114,6 +114,7 @@ server {
   location /nolength-bucket/ { default_type text/html; sub_filter_once on; sub_filter 'x' 'y'; alias ${dir}/; try_files /slow =404; }
   location = /portal-bucket { default_type text/html; return 200 '<html><body><p>Sign in to continue</p></body></html>'; }
   location = /dotdot-bucket { default_type application/xml; return 200 '<ListBucketResult><CommonPrefixes><Prefix>tmp/../</Prefix></CommonPrefixes><IsTruncated>false</IsTruncated></ListBucketResult>'; }
+  location = /noname-static/tmp/ { default_type application/json; return 200 '[null,{"type":"file","size":1}]'; }
   location = /dotdot-static/tmp/ { default_type application/json; return 200 '[{"name":"..","type":"directory"}]'; }
 }`,
     });
