@@ -105,6 +105,28 @@ export function unauthorized(): PolicyError {
   return new PolicyError('unauthorized', undefined, { headers: UNAUTHORIZED_HEADERS });
 }
 
+/** The 401s `staleCredential` made (a mark, not a field: the answer is the same 401 as any other). */
+const STALE = new WeakSet<object>();
+
+/**
+ * The same 401 as `unauthorized`, for a credential that was genuine and is no longer: a key presented
+ * with its right secret but revoked, expired or its principal disabled; a link whose signature holds
+ * but that expired, outlives the maximum or whose key no longer works. Its sender holds what was
+ * issued, so nothing is being guessed, and the `auth_failure` ban does not count it: a CI job still
+ * configured with a revoked key, or a cache refetching an expired link, would otherwise get its
+ * address banned and every other client behind it (a NAT, a proxy) locked out (rate-limit-gate.ts).
+ */
+export function staleCredential(): PolicyError {
+  const err = unauthorized();
+  STALE.add(err);
+  return err;
+}
+
+/** Whether `err` is a 401 of a credential that was once genuine (`staleCredential`). */
+export function isStaleCredential(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && STALE.has(err);
+}
+
 /** Equal strings, in a time that depends on their length only (secrets have one fixed length). */
 function sameSecret(a: string, b: string): boolean {
   if (a.length !== b.length) return false;
@@ -307,8 +329,9 @@ export class Authenticator {
       if (!secretMatches(parsed.secret, entry.secretSha256)) throw unauthorized();
       entry.verifiedSecret = parsed.secret;
     }
-    if (entry.revoked || entry.disabled) throw unauthorized();
-    if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw unauthorized();
+    // The secret matched: whatever refuses it now, the key was not guessed.
+    if (entry.revoked || entry.disabled) throw staleCredential();
+    if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw staleCredential();
     this.#touch(parsed.keyId);
     return {
       id: entry.principalId,
@@ -324,11 +347,12 @@ export class Authenticator {
   /**
    * The principal of a key id that is still valid (not revoked or expired, principal enabled), with
    * no secret: a pre-signed link names the key that made it and is checked against it on every use.
+   * Called only once the link's signature holds, so a refusal is a stale credential's.
    */
   async authenticateKeyId(keyId: string): Promise<Principal> {
     const entry = await this.#loadKey(keyId);
-    if (!entry || entry.revoked || entry.disabled) throw unauthorized();
-    if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw unauthorized();
+    if (!entry || entry.revoked || entry.disabled) throw staleCredential();
+    if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw staleCredential();
     return {
       id: entry.principalId,
       name: entry.principalName,

@@ -19,7 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
-import { unauthorized, type Authenticator } from './authenticator.ts';
+import { staleCredential, unauthorized, type Authenticator } from './authenticator.ts';
 import type { Principal } from './principal.ts';
 import {
   canonicalPath,
@@ -244,16 +244,19 @@ export class PresignedLinks {
     if (!link && isOutdatedLink(query)) throw new PolicyError('link_outdated');
     if (!link || path === undefined) throw unauthorized();
     const nowMs = this.#clock.wallMs();
-    if (link.expiresAt * 1000 <= nowMs) throw unauthorized();
     const secret = await this.#secretFor(link.secretId);
-    if (!secret || (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs)) throw unauthorized();
+    if (!secret) throw unauthorized();
     const { signature, ...signed } = link;
     if (!signatureMatches(secret.secret, { path, ...signed }, signature)) throw unauthorized();
+    // The signature holds: this gateway made the link, so a refusal from here on is of a stale one
+    // (not counted toward the address's ban), the same 401 to the client.
+    if (link.expiresAt * 1000 <= nowMs) throw staleCredential();
+    if (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs) throw staleCredential();
     // A maximum lowered since the link was made (after a leak, say) applies to it too.
-    if (outlivesMaxLifetime(link, nowMs, this.#maxLifetimeSeconds)) throw unauthorized();
+    if (outlivesMaxLifetime(link, nowMs, this.#maxLifetimeSeconds)) throw staleCredential();
     const principal = await this.#auth.authenticateKeyId(link.keyId);
     // Re-enabling a principal restores its keys, not the links made before it was disabled.
-    if (linkPredates(link.issuedAt, principal.disabledAtMs)) throw unauthorized();
+    if (linkPredates(link.issuedAt, principal.disabledAtMs)) throw staleCredential();
     return { principal, sha256: link.sha256, issuedAtS: link.issuedAt };
   }
 }

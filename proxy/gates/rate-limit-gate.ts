@@ -14,6 +14,7 @@ import type { Gate, RequestContext } from '../server/route-types.ts';
 import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import { carriesLink } from './auth-gate.ts';
+import { isStaleCredential } from '../../policy/auth/authenticator.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import { BanIdentities, FORWARDER_SHARE } from './ban-identity.ts';
 import { DEFAULT_IPV6_PREFIX_LENGTH, NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
@@ -150,7 +151,8 @@ export function createRateLimitGate(deps: {
  * challenge a browser would answer with a URL's credentials: challenge.ts), and a link's HMAC is
  * not guessed, so a cross-site link that fails (expired, say) is not counted either, even when the
  * browser adds Basic credentials it cached: a request with a link's parameters is judged as the
- * link (`carriesLink`).
+ * link (`carriesLink`). A stale credential (a revoked key with its right secret, an expired link
+ * whose signature holds: `isStaleCredential`) is no guess either and is not counted (`failed`).
  */
 function triedCredential(ctx: RequestContext): boolean {
   const { headers } = ctx.req;
@@ -220,7 +222,8 @@ export function guardAuthGate(
     else if (ctx.log.isLevelEnabled('debug')) ctx.log.debug(fields, msg);
   };
   const failed = async (ctx: RequestContext, subject: Subject, err: unknown, peer: string | undefined) => {
-    if ((err as { code?: unknown }).code === 'unauthorized' && triedCredential(ctx)) {
+    // A stale credential (revoked key, expired link: `staleCredential`) is no guess and never counts.
+    if ((err as { code?: unknown }).code === 'unauthorized' && triedCredential(ctx) && !isStaleCredential(err)) {
       const { client, forwarder } = subject;
       const [result, forwarderResult] = await Promise.all([
         authFailure.check(client.identifier),
