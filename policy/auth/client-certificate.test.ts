@@ -55,8 +55,8 @@ describe('certificateSans', () => {
 describe('certificateExpired', () => {
   it.each([
     [1000, 999, undefined],
-    [1000, 1000, 'the client certificate expired at 1970-01-01T00:00:01.000Z'],
-    [1000, 5000, 'the client certificate expired at 1970-01-01T00:00:01.000Z'],
+    [1000, 1000, 'the client certificate (or a CA certificate of its chain) expired at 1970-01-01T00:00:01.000Z'],
+    [1000, 5000, 'the client certificate (or a CA certificate of its chain) expired at 1970-01-01T00:00:01.000Z'],
   ])('notAfter %d at %d', (notAfterMs, nowMs, expected) =>
     expect(certificateExpired({ notAfterMs }, nowMs)).toBe(expected),
   );

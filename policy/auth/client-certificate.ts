@@ -62,6 +62,7 @@ export type PeerCertificate =
   | {
       readonly kind: 'verified';
       readonly sans: readonly string[];
+      /** When the first certificate of its verified chain (leaf, intermediates, CA) expires. */
       readonly notAfterMs: number;
       readonly serial: string;
     };
@@ -69,6 +70,6 @@ export type PeerCertificate =
 /** Why a verified certificate does not authenticate at `nowMs`, or undefined when it may. */
 export function certificateExpired(peer: { notAfterMs: number }, nowMs: number): string | undefined {
   return peer.notAfterMs <= nowMs
-    ? `the client certificate expired at ${new Date(peer.notAfterMs).toISOString()}`
+    ? `the client certificate (or a CA certificate of its chain) expired at ${new Date(peer.notAfterMs).toISOString()}`
     : undefined;
 }

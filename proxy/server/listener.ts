@@ -10,10 +10,11 @@
 import type { Server, ServerOptions } from 'node:http';
 import http from '../../lib/node-http.ts';
 import http2 from 'node:http2';
+import type { Socket } from 'node:net';
 import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { ServedTls } from '../tls/served-tls.ts';
-import { trackClientTrust } from '../tls/peer-certificate.ts';
+import { noteClientTrustAtAccept, trackClientTrust } from '../tls/peer-certificate.ts';
 import { HTTP2_SESSION_LIMITS, HTTP2_SETTINGS } from './front-door/http2.ts';
 import { Http2Request, Http2Response } from './http2-messages.ts';
 import { type AnswerHeaders, http1AnsweringWith, http2AnsweringWith } from './listener-headers.ts';
@@ -61,6 +62,8 @@ export function createListener(options: ListenerOptions): Server {
   // and must not change under it; TLS 1.2 renegotiation is also a cheap CPU attack on a server.
   const served = options.tls;
   const clientCerts = served.clientCertMode !== 'off';
+  // The trust a handshake is verified against is the one current when its TCP connection is accepted.
+  if (clientCerts) server.on('connection', (raw: Socket) => noteClientTrustAtAccept(raw, served));
   server.on('secureConnection', (socket: tls.TLSSocket) => {
     socket.disableRenegotiation();
     if (clientCerts) trackClientTrust(socket, served);

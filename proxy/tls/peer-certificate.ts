@@ -11,10 +11,17 @@ import type { ClientTrust } from './served-tls.ts';
 
 const PEER = Symbol('arkvory.peerCertificate');
 const TRUST = Symbol('arkvory.clientTrust');
-/** The trust generation a verified certificate was last found anchored in, and its chain's fingerprints. */
-const ANCHORED = Symbol('arkvory.anchored');
+/** On an accepted TCP socket: the trust generation current when it was accepted (its handshake's). */
+const ACCEPTED = Symbol('arkvory.trustAtAccept');
+/** The first trust generation whose removal of a CA this connection must be checked against. */
+const CHECK_FROM = Symbol('arkvory.trustCheckFrom');
+/** SHA-256 fingerprints of the verified chain Node shows, leaf first. */
+const CHAIN = Symbol('arkvory.chain');
 
-/** The CAs trusted now (served-tls.ts): `generation` moves when ARKVORY_TLS_CLIENT_CA_FILE changes. */
+/**
+ * The CAs trusted now (served-tls.ts): `generation` moves when ARKVORY_TLS_CLIENT_CA_FILE changes,
+ * `lastRemovalGeneration` when a change took a CA out.
+ */
 export interface ClientTrustSource {
   readonly clientTrust: ClientTrust;
 }
@@ -22,15 +29,31 @@ export interface ClientTrustSource {
 type CachingSocket = Socket & {
   [PEER]?: PeerCertificate;
   [TRUST]?: ClientTrustSource;
-  [ANCHORED]?: { generation: number; chain: readonly string[] };
+  [ACCEPTED]?: number;
+  [CHECK_FROM]?: number;
+  [CHAIN]?: readonly string[];
 };
 
-const NONE: PeerCertificate = { kind: 'none' };
+/**
+ * Called on each accepted TCP connection, before its handshake starts: the server's secure context
+ * is swapped in the same step as the trust generation moves (served-tls.ts), so the handshake is
+ * verified against the CAs of the generation current now.
+ */
+export function noteClientTrustAtAccept(raw: Socket, source: ClientTrustSource): void {
+  (raw as CachingSocket)[ACCEPTED] = source.clientTrust.generation;
+}
 
 /** Called once per TLS connection: its certificate is judged against `source`'s CAs as they change. */
 export function trackClientTrust(socket: Socket, source: ClientTrustSource): void {
-  (socket as CachingSocket)[TRUST] = source;
+  const s = socket as CachingSocket;
+  s[TRUST] = source;
+  // Node keeps the accepted TCP socket as `_parent`. Without its note, the handshake may have been
+  // verified against the CAs of the generation before the current one (a reload during it).
+  const accepted = (socket as Socket & { _parent?: CachingSocket })._parent?.[ACCEPTED];
+  s[CHECK_FROM] = accepted === undefined ? source.clientTrust.generation : accepted + 1;
 }
+
+const NONE: PeerCertificate = { kind: 'none' };
 
 export function peerCertificateOf(socket: Socket | null | undefined): PeerCertificate {
   const s = socket as (CachingSocket & Partial<TLSSocket>) | null | undefined;
@@ -46,30 +69,37 @@ export function peerCertificateOf(socket: Socket | null | undefined): PeerCertif
       reason: `the client certificate was not verified: ${String(s.authorizationError ?? 'unknown reason')}`,
     };
   else {
+    const chain = verifiedChain(s as TLSSocket);
     peer = {
       kind: 'verified',
       sans: certificateSans(cert.subjectaltname),
-      notAfterMs: Date.parse(cert.valid_to),
+      // The chain's first expiry, not the leaf's alone: the handshake checked each certificate of it,
+      // and a CA that expires while the connection stays open (HTTP/2 keeps one for days) must end
+      // its authentication as the leaf's own expiry does.
+      notAfterMs: Math.min(Date.parse(cert.valid_to), ...chain.map((c) => Date.parse(c.valid_to))),
       serial: cert.serialNumber,
     };
-    // The handshake may have been verified against CAs changed since: anchored in today's, once.
-    if (s[TRUST]) s[ANCHORED] = { generation: Number.NaN, chain: chainFingerprints(s as TLSSocket) };
+    s[CHAIN] = chain.map((c) => c.fingerprint256);
   }
   s[PEER] = peer;
   return peer.kind === 'verified' ? stillAnchored(s, peer) : peer;
 }
 
 /**
- * A certificate verified in the handshake stays verified while the CAs it was checked against do;
- * once ARKVORY_TLS_CLIENT_CA_FILE changed, its chain must still hold a certificate of the new file,
- * so a CA taken out of trust reaches connections already open (checked once per change, not per request).
+ * A certificate verified in the handshake stays verified while no CA was taken out of
+ * ARKVORY_TLS_CLIENT_CA_FILE since; CAs added (or the file rewritten) change nothing. Once one was
+ * taken out, its chain must still hold a certificate of the file, so a CA taken out of trust reaches
+ * connections already open (checked once per change, not per request). Node's server side shows a
+ * client's chain only when the CA file issued the leaf itself (an intermediate the client sent is
+ * not shown), so after a removal a certificate issued by an intermediate is refused even when its
+ * root stays: its client connects again (docs/tls.md).
  */
 function stillAnchored(s: CachingSocket, peer: PeerCertificate): PeerCertificate {
   const trust = s[TRUST]?.clientTrust;
-  const anchored = s[ANCHORED];
-  if (!trust || !anchored || anchored.generation === trust.generation) return peer;
-  if (anchored.chain.some((fingerprint) => trust.anchors.has(fingerprint))) {
-    anchored.generation = trust.generation;
+  const from = s[CHECK_FROM];
+  if (!trust || from === undefined || trust.lastRemovalGeneration < from) return peer;
+  if ((s[CHAIN] ?? []).some((fingerprint) => trust.anchors.has(fingerprint))) {
+    s[CHECK_FROM] = trust.generation + 1;
     return peer;
   }
   const refused: PeerCertificate = {
@@ -80,12 +110,14 @@ function stillAnchored(s: CachingSocket, peer: PeerCertificate): PeerCertificate
   return refused;
 }
 
-/** SHA-256 fingerprints of the peer's verified chain, leaf to root. */
-function chainFingerprints(socket: TLSSocket): string[] {
-  const out: string[] = [];
+/** The peer's verified chain as Node shows it, leaf first (each certificate once: a root is its own issuer). */
+function verifiedChain(socket: TLSSocket): DetailedPeerCertificate[] {
+  const out: DetailedPeerCertificate[] = [];
+  const seen = new Set<string>();
   let cert: DetailedPeerCertificate | undefined = socket.getPeerCertificate(true);
-  while (cert && Object.keys(cert).length > 0 && !out.includes(cert.fingerprint256)) {
-    out.push(cert.fingerprint256);
+  while (cert && Object.keys(cert).length > 0 && !seen.has(cert.fingerprint256)) {
+    seen.add(cert.fingerprint256);
+    out.push(cert);
     cert = cert.issuerCertificate;
   }
   return out;

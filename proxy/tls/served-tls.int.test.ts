@@ -5,6 +5,7 @@
  * apart from the pair, and once it changes neither a resumed session nor an open connection keeps
  * a verdict made against a CA taken out of trust.
  */
+import { X509Certificate } from 'node:crypto';
 import { copyFile, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -15,6 +16,7 @@ import { ManualClock, systemClock } from '../../policy/clock.ts';
 import {
   type CertificateAuthority,
   createCertificateAuthority,
+  createIntermediateAuthority,
   type IssuedCertificate,
   issueClientCertificate,
   issueServerCertificate,
@@ -249,5 +251,52 @@ describe('ServedTls reload', () => {
     await writeFile(caFile, caB.certPem + ca.certPem);
     expect(await l.served.reload('test')).toBe('swapped');
     expect(peerCertificateOf(bSocket)).toMatchObject({ kind: 'verified' });
+  });
+
+  it('a certificate issued by an intermediate CA is verified, also after a CA is added to the file; taking its root out refuses it', async () => {
+    const caFile = path.join(dir, 'clients.pem');
+    await copyFile(ca.certFile, caFile);
+    const caB = await createCertificateAuthority(dir, 'arkvory-test-ca-b');
+    const intermediate = await createIntermediateAuthority(ca, dir, 'intermediate', new Date(Date.now() + 86_400_000));
+    const client = await issueClientCertificate(intermediate, dir, 'client-i', 'URI:spiffe://example.org/i');
+    const l = await started({ clientCaFile: caFile });
+    const conn = await connect(l.port, ca, { client });
+    clients.push(conn.socket);
+    const socket = await serverSide(l, conn.socket);
+    // Node's server side shows no intermediate the client sent: the leaf alone, which is no CA of the file.
+    expect(peerCertificateOf(socket)).toMatchObject({ kind: 'verified', sans: ['URI:spiffe://example.org/i'] });
+    // A second CA beside the first (a CA rotation begins): nothing was taken out of trust.
+    await writeFile(caFile, ca.certPem + caB.certPem);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(peerCertificateOf(socket)).toMatchObject({ kind: 'verified' });
+    const later = await connect(l.port, ca, { client });
+    clients.push(later.socket);
+    const laterSocket = await serverSide(l, later.socket);
+    // The root taken out: no open connection keeps a verdict it may have made.
+    await writeFile(caFile, caB.certPem);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(peerCertificateOf(socket)).toMatchObject({ kind: 'unverified' });
+    expect(peerCertificateOf(laterSocket)).toMatchObject({ kind: 'unverified' });
+    // Connections made after the removal are judged by their own handshake (which CA B does not verify).
+    const fromB = await connect(l.port, ca, {
+      client: await issueClientCertificate(caB, dir, 'client-b2', 'URI:spiffe://example.org/b2'),
+    });
+    clients.push(fromB.socket);
+    expect(peerCertificateOf(await serverSide(l, fromB.socket))).toMatchObject({ kind: 'verified' });
+  });
+
+  it('a client certificate stops authenticating when the CA of its chain expires, not only when it does', async () => {
+    const caFile = path.join(dir, 'clients.pem');
+    const shortCa = await createCertificateAuthority(dir, 'arkvory-test-ca-short', 1);
+    await copyFile(shortCa.certFile, caFile);
+    // Two days, its CA one.
+    const client = await issueClientCertificate(shortCa, dir, 'client-s', 'URI:spiffe://example.org/s');
+    const l = await started({ clientCaFile: caFile });
+    const conn = await connect(l.port, ca, { client });
+    clients.push(conn.socket);
+    const peer = peerCertificateOf(await serverSide(l, conn.socket));
+    const caEnd = Date.parse(new X509Certificate(shortCa.certPem).validTo);
+    expect(caEnd).toBeLessThan(Date.parse(new X509Certificate(client.certPem).validTo));
+    expect(peer).toMatchObject({ kind: 'verified', notAfterMs: caEnd });
   });
 });

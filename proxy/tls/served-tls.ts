@@ -72,6 +72,11 @@ export interface ClientTrust {
   readonly generation: number;
   /** SHA-256 fingerprints (`AA:BB:…`) of the certificates in ARKVORY_TLS_CLIENT_CA_FILE. */
   readonly anchors: ReadonlySet<string>;
+  /**
+   * The last generation whose change took a CA out (-1: none yet): only such a change can void a
+   * verdict an open connection's handshake made (proxy/tls/peer-certificate.ts).
+   */
+  readonly lastRemovalGeneration: number;
 }
 
 export class ServedTls {
@@ -105,7 +110,7 @@ export class ServedTls {
     this.#options = options;
     this.#served = certificate;
     this.#files = files;
-    this.#clientTrust = { generation: 0, anchors: caFingerprints(files.clientCa) };
+    this.#clientTrust = { generation: 0, anchors: caFingerprints(files.clientCa), lastRemovalGeneration: -1 };
     this.#trigger = new FileReloadTrigger({
       log: options.log,
       files: [config.certFile, config.keyFile, config.clientCaFile].filter((f): f is string => f !== undefined),
@@ -266,8 +271,7 @@ export class ServedTls {
     const previous = this.#served;
     this.#files = next;
     if (decision.certificate) this.#served = decision.certificate;
-    if (decision.clientCa)
-      this.#clientTrust = { generation: this.#clientTrust.generation + 1, anchors: caFingerprints(next.clientCa) };
+    if (decision.clientCa) this.#clientTrust = nextTrust(this.#clientTrust, caFingerprints(next.clientCa));
     for (const server of this.#servers) server.setSecureContext(options);
     this.#options.log.info(
       {
@@ -391,6 +395,13 @@ function checkCaBundle(pem: string): string | undefined {
     }
   }
   return undefined;
+}
+
+/** The trust after a change of the client CA file to `anchors`: a new generation, a removal noted. */
+function nextTrust(previous: ClientTrust, anchors: ReadonlySet<string>): ClientTrust {
+  const generation = previous.generation + 1;
+  const removed = [...previous.anchors].some((fingerprint) => !anchors.has(fingerprint));
+  return { generation, anchors, lastRemovalGeneration: removed ? generation : previous.lastRemovalGeneration };
 }
 
 function caFingerprints(bundle: Buffer | undefined): ReadonlySet<string> {

@@ -47,6 +47,7 @@ export { roomInWindow, waitForHttp, waitUntil, type WaitOptions, type WatchedPro
 export {
   type CertificateAuthority,
   createCertificateAuthority,
+  createIntermediateAuthority,
   type IssuedCertificate,
   type IssueOptions,
   issueCertificate,

@@ -61,8 +61,12 @@ async function newKey(file: string, keyType: 'rsa' | 'ec', cwd: string): Promise
   else await openssl(['genpkey', '-algorithm', 'RSA', '-pkeyopt', 'rsa_keygen_bits:2048', '-out', file], cwd);
 }
 
-/** A self-signed CA in `dir/<name>.crt` and `.key`. */
-export async function createCertificateAuthority(dir: string, name = 'arkvory-test-ca'): Promise<CertificateAuthority> {
+/** A self-signed CA in `dir/<name>.crt` and `.key`, valid `days` from now (default 2). */
+export async function createCertificateAuthority(
+  dir: string,
+  name = 'arkvory-test-ca',
+  days = 2,
+): Promise<CertificateAuthority> {
   await mkdir(dir, { recursive: true });
   const keyFile = path.join(dir, `${name}.key`);
   const certFile = path.join(dir, `${name}.crt`);
@@ -77,7 +81,7 @@ export async function createCertificateAuthority(dir: string, name = 'arkvory-te
       '-out',
       certFile,
       '-days',
-      '2',
+      String(days),
       '-subj',
       `/CN=${name}`,
       '-set_serial',
@@ -218,6 +222,29 @@ async function signWithCaBetween(
     ],
     dir,
   );
+}
+
+/**
+ * An intermediate CA signed by `root`, valid from an hour ago until `notAfter` (whole seconds): its
+ * `certPem` is the intermediate alone, so a leaf issued by it (`issueCertificate`) carries leaf then
+ * intermediate, and a peer trusting `root` alone verifies the chain.
+ */
+export async function createIntermediateAuthority(
+  root: CertificateAuthority,
+  dir: string,
+  name: string,
+  notAfter: Date,
+): Promise<CertificateAuthority> {
+  const keyFile = path.join(dir, `${name}.key`);
+  const csrFile = path.join(dir, `${name}.csr`);
+  const certFile = path.join(dir, `${name}.crt`);
+  const extFile = path.join(dir, `${name}.ext`);
+  await newKey(keyFile, 'ec', dir);
+  await openssl(['req', '-new', '-key', keyFile, '-out', csrFile, '-subj', `/CN=${name}`], dir);
+  await writeFile(extFile, 'basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n');
+  const window = { start: opensslTime(new Date(Date.now() - 3600_000)), end: opensslTime(notAfter) };
+  await signWithCaBetween(root, dir, name, csrFile, extFile, newSerial(), certFile, window);
+  return { name, certFile, keyFile, certPem: await readFile(certFile, 'utf8') };
 }
 
 /** A server certificate for 127.0.0.1 and localhost. */
