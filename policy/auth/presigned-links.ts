@@ -244,13 +244,19 @@ export class PresignedLinks {
     if (!link && isOutdatedLink(query)) throw new PolicyError('link_outdated');
     if (!link || path === undefined) throw unauthorized();
     const nowMs = this.#clock.wallMs();
-    const secret = await this.#secretFor(link.secretId);
+    const expired = link.expiresAt * 1000 <= nowMs;
+    // An expired link is refused whatever the database says; its secret is read only to tell a
+    // stale link from a forged one, so a database out of reach makes it a plain 401, not a 503.
+    const secret = await this.#secretFor(link.secretId).catch((err: unknown) => {
+      if (expired) throw unauthorized();
+      throw err;
+    });
     if (!secret) throw unauthorized();
     const { signature, ...signed } = link;
     if (!signatureMatches(secret.secret, { path, ...signed }, signature)) throw unauthorized();
     // The signature holds: this gateway made the link, so a refusal from here on is of a stale one
     // (not counted toward the address's ban), the same 401 to the client.
-    if (link.expiresAt * 1000 <= nowMs) throw staleCredential();
+    if (expired) throw staleCredential();
     if (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs) throw staleCredential();
     // A maximum lowered since the link was made (after a leak, say) applies to it too.
     if (outlivesMaxLifetime(link, nowMs, this.#maxLifetimeSeconds)) throw staleCredential();
