@@ -7,7 +7,8 @@
  * removed, stays dead once the principal is enabled (or granted) again.
  *
  * Unknown secret ids cost no query: ids are issued in ascending order, so an id at or below the
- * newest cached one that the cache lacks is retired or never existed and is refused at once. Only
+ * newest cached one that the cache lacks never existed and is refused at once (retired secrets are
+ * cached too, to tell a rotated-out link, refused as stale, from a forged one). Only
  * an id above it (a secret rotated in elsewhere, its NOTIFY not here yet) is read again, behind the
  * Authenticator's recheck allowance for unknown keys.
  *
@@ -40,6 +41,8 @@ interface SecretRow {
   readonly id: string;
   readonly secret: Buffer;
   readonly retiresAtMs: number | null;
+  /** Retired by the database's clock when read (which also set `retiresAtMs`). */
+  readonly retired: boolean;
 }
 
 export interface IssuedLink {
@@ -48,14 +51,19 @@ export interface IssuedLink {
   readonly expiresAt: Date;
 }
 
+/**
+ * Every secret, retired ones too: a retired secret signs nothing and verifies nothing, but a link it
+ * signed is then told from a forged one (a stale link's 401 does not count toward a ban).
+ */
 async function loadSecrets(pool: pg.Pool | pg.PoolClient): Promise<SecretRow[]> {
-  const r = await pool.query<{ id: string; secret: Buffer; retires_at: Date | null }>(
-    'SELECT id::text AS id, secret, retires_at FROM arkvory_presign_secrets WHERE retires_at IS NULL OR retires_at > now() ORDER BY id',
+  const r = await pool.query<{ id: string; secret: Buffer; retires_at: Date | null; retired: boolean }>(
+    'SELECT id::text AS id, secret, retires_at, coalesce(retires_at <= now(), false) AS retired FROM arkvory_presign_secrets ORDER BY id',
   );
   return r.rows.map((row) => ({
     id: row.id,
     secret: row.secret,
     retiresAtMs: row.retires_at ? row.retires_at.getTime() : null,
+    retired: row.retired,
   }));
 }
 
@@ -136,7 +144,7 @@ export class PresignedLinks {
         'INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id',
         [secret],
       );
-      return { id: r.rows[0]!.id, secret, retiresAtMs: null };
+      return { id: r.rows[0]!.id, secret, retiresAtMs: null, retired: false };
     });
     // The cached list predates the new secret; the NOTIFY that clears it may still be on its way.
     this.#cache = undefined;
@@ -221,7 +229,7 @@ export class PresignedLinks {
     const found = cached.find((s) => s.id === secretId);
     if (found) return found;
     const newest = cached.at(-1);
-    // Ids are ascending (`ORDER BY id`): one at or below the newest cached id is retired or unknown.
+    // Ids are ascending (`ORDER BY id`) and retired ones are cached too: one at or below the newest is unknown.
     if (newest !== undefined && BigInt(secretId) <= BigInt(newest.id)) return undefined;
     if (this.#auth.isCacheTrusted && !this.#auth.allowRecheck()) return undefined;
     return (await this.#secrets({ fresh: true })).find((s) => s.id === secretId);
@@ -257,7 +265,7 @@ export class PresignedLinks {
     // The signature holds: this gateway made the link, so a refusal from here on is of a stale one
     // (not counted toward the address's ban), the same 401 to the client.
     if (expired) throw staleCredential();
-    if (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs) throw staleCredential();
+    if (secret.retired || (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs)) throw staleCredential();
     // A maximum lowered since the link was made (after a leak, say) applies to it too.
     if (outlivesMaxLifetime(link, nowMs, this.#maxLifetimeSeconds)) throw staleCredential();
     const principal = await this.#auth.authenticateKeyId(link.keyId);

@@ -9,12 +9,13 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { Authenticator } from '../../policy/auth/authenticator.ts';
-import { PresignedLinks } from '../../policy/auth/presigned-links.ts';
+import { PresignedLinks, rotatePresignSecret } from '../../policy/auth/presigned-links.ts';
 import { ManualClock, systemClock } from '../../policy/clock.ts';
 import { createLimiter, createMemoryCounterStore, type Limiter } from '../../policy/rate-limit/index.ts';
 import { defineRule } from '../../policy/rate-limit/rules.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { createGatewayServer, type GatewayServer } from '../server/http-server.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
@@ -123,5 +124,24 @@ describe('auth_failure bans and stale credentials (in-process server, real Postg
     const forged = link.pathAndQuery.replace(/X-Arkvory-Signature=[^&]+/, `X-Arkvory-Signature=${'A'.repeat(43)}`);
     for (let i = 0; i < 21; i++) expect(await get(forged)).toBe(401);
     expect(await get(CONTENT, neighbour.key)).toBe(429);
+  });
+
+  it('does not ban an address for a link whose secret was rotated out', async () => {
+    const owner = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+    const neighbour = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+    const principal = {
+      id: owner.principalId,
+      keyId: owner.keyId,
+      name: owner.name,
+      scopes: new Set(['read'] as const),
+    };
+    const link = await links.issue(principal, CONTENT, 'ab'.repeat(32), 3600, 'libs');
+    expect(await get(link.pathAndQuery)).toBe(200);
+    // After a leak: the old secret retires at once, and its links die.
+    await rotatePresignSecret(db.pool, 0);
+    await waitUntil(async () => (await get(link.pathAndQuery)) === 401, { what: 'the rotation to reach the gateway' });
+    // Mirrors and download managers still holding links of the old secret.
+    for (let i = 0; i < 25; i++) expect(await get(link.pathAndQuery)).toBe(401);
+    expect(await get(CONTENT, neighbour.key)).toBe(200);
   });
 });
