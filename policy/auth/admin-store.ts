@@ -4,6 +4,7 @@
  */
 import type pg from 'pg';
 import { PolicyError } from '../errors.ts';
+import { quoted } from '../../lib/quoted.ts';
 import { generateKey, holdsKey } from './key-format.ts';
 import { SCOPES, type Scope } from './principal.ts';
 import type { Permission } from './authorize.ts';
@@ -150,7 +151,7 @@ export function noSuchPrincipal(ref: string): PolicyError {
     'not_found',
     holdsKey(ref)
       ? 'no principal by that reference (a principal is named by its id or its name, not by one of its keys)'
-      : `no principal ${JSON.stringify(ref)}`,
+      : `no principal ${quoted(ref)}`,
   );
 }
 
@@ -512,7 +513,7 @@ export class AdminStore {
 
   async findGroup(name: string): Promise<GroupRow> {
     const groups = await this.#groups(name);
-    if (!groups[0]) throw new PolicyError('not_found', `no group ${JSON.stringify(name)}`);
+    if (!groups[0]) throw new PolicyError('not_found', `no group ${quoted(name)}`);
     return groups[0];
   }
 
@@ -541,7 +542,7 @@ export class AdminStore {
 
   async deleteGroup(name: string): Promise<void> {
     const r = await this.#pool.query('DELETE FROM arkvory_principal_groups WHERE name = $1', [name]);
-    if (!r.rowCount) throw new PolicyError('not_found', `no group ${JSON.stringify(name)}`);
+    if (!r.rowCount) throw new PolicyError('not_found', `no group ${quoted(name)}`);
   }
 
   /** Puts a principal in a group (again: no change); a principal may be in several groups. */
@@ -555,8 +556,7 @@ export class AdminStore {
       );
     } catch (err) {
       // The group was deleted after it was found (a concurrent delete): the same answer as before it.
-      if ((err as { code?: string }).code === '23503')
-        throw new PolicyError('not_found', `no group ${JSON.stringify(group)}`);
+      if ((err as { code?: string }).code === '23503') throw new PolicyError('not_found', `no group ${quoted(group)}`);
       throw err;
     }
     return this.findGroup(group);
@@ -575,7 +575,7 @@ export class AdminStore {
   /** A repository's ceilings (bytes/s, 0 = none) and its bound on concurrent transfers (0 = none). */
   async findRepositoryCeilings(repository: string): Promise<RepositoryCeilingsRow> {
     const rows = await this.#repositoryCeilings(repository);
-    if (!rows[0]) throw new PolicyError('not_found', `no repository "${repository}"`);
+    if (!rows[0]) throw new PolicyError('not_found', `no repository ${quoted(repository)}`);
     return rows[0];
   }
 
@@ -620,7 +620,7 @@ export class AdminStore {
       [repository, down ?? null, up ?? null, max ?? null],
     );
     const row = r.rows[0];
-    if (!row) throw new PolicyError('not_found', `no repository "${repository}"`);
+    if (!row) throw new PolicyError('not_found', `no repository ${quoted(repository)}`);
     return repositoryCeilingsRow(row);
   }
 
@@ -629,7 +629,7 @@ export class AdminStore {
       throw new PolicyError('invalid_request', 'permission must be read or write');
     const p = await this.findPrincipal(principalRef);
     const repo = await this.#pool.query('SELECT 1 FROM arkvory_repositories WHERE name = $1', [repository]);
-    if (!repo.rowCount) throw new PolicyError('not_found', `no repository "${repository}"`);
+    if (!repo.rowCount) throw new PolicyError('not_found', `no repository ${quoted(repository)}`);
     await this.#pool.query(
       `INSERT INTO arkvory_grants (principal_id, repository, permission) VALUES ($1, $2, $3)
        ON CONFLICT (principal_id, repository) DO UPDATE SET permission = EXCLUDED.permission`,
@@ -644,7 +644,7 @@ export class AdminStore {
       p.id,
       repository,
     ]);
-    if (!r.rowCount) throw new PolicyError('not_found', `"${p.name}" has no grant on "${repository}"`);
+    if (!r.rowCount) throw new PolicyError('not_found', `"${p.name}" has no grant on ${quoted(repository)}`);
   }
 
   /** One page of grants (of one principal, or of all), by principal name and repository. */

@@ -3,6 +3,7 @@
  * documents to the next ones (the store applies them atomically). Each writer replaces only its own
  * tier (spec 2.5): seeding writes file and default tiers, publishing and unpublishing the published one.
  */
+import { quoted } from '../../lib/quoted.ts';
 import { RateLimitError, type RuleProblem } from './errors.ts';
 import { emptyDocument, upsertRules, type LimiterRules, type RuleSpec } from './rules.ts';
 
@@ -70,7 +71,7 @@ export function withoutPublished(
   const raw = current.get(limiter);
   const doc = raw === undefined ? undefined : read(limiter, raw);
   if (!doc?.published_rules.rules.some((r) => r.name === rule))
-    throw new RateLimitError('unknown_rule', `limiter "${limiter}" has no published rule "${rule}"`);
+    throw new RateLimitError('unknown_rule', `limiter ${quoted(limiter)} has no published rule ${quoted(rule)}`);
   return new Map([
     [limiter, { ...doc, published_rules: { rules: doc.published_rules.rules.filter((r) => r.name !== rule) } }],
   ]);

@@ -4,6 +4,7 @@
  * the one rule schema (rules.ts) against the limiter's available properties; answers follow
  * rules-answer.ts. `answerFor` is pure; the store is the I/O edge.
  */
+import { quoted } from '../../lib/quoted.ts';
 import { jsonbText } from '../../lib/jsonb-text.ts';
 import type pg from 'pg';
 import { CURSORS, decodeCursor, type Page, type PageRequest, pageLimit, pageOf } from '../auth/page.ts';
@@ -43,23 +44,23 @@ export function validateOverride(
   if (typeof service !== 'string' || !SERVICE_NAME_PATTERN.test(service))
     problems.push({
       path: ['service'],
-      message: `service must match ${SERVICE_NAME_PATTERN.source}, got ${JSON.stringify(service)}`,
+      message: `service must match ${SERVICE_NAME_PATTERN.source}, got ${quoted(service)}`,
     });
   const spec = typeof limiter === 'string' && NAME_PATTERN.test(limiter) ? available.get(limiter) : undefined;
   if (!spec)
     problems.push({
       path: ['limiter'],
-      message: `unknown limiter ${JSON.stringify(limiter)} (available: ${[...available.keys()].join(', ')})`,
+      message: `unknown limiter ${quoted(limiter)} (available: ${[...available.keys()].join(', ')})`,
     });
   if (!SUBJECT_KINDS.includes(subjectKind as SubjectKind))
     problems.push({
       path: ['subject_kind'],
-      message: `subject kind must be one of ${SUBJECT_KINDS.join(', ')}, got ${JSON.stringify(subjectKind)}`,
+      message: `subject kind must be one of ${SUBJECT_KINDS.join(', ')}, got ${quoted(subjectKind)}`,
     });
   else if (spec && !spec.available_properties.includes(subjectKind as string))
     problems.push({
       path: ['subject_kind'],
-      message: `limiter "${limiter as string}" has no property "${subjectKind as string}" (available: ${spec.available_properties.join(', ') || 'none'})`,
+      message: `limiter "${limiter as string}" has no property ${quoted(subjectKind as string)} (available: ${spec.available_properties.join(', ') || 'none'})`,
     });
   if (typeof subject !== 'string' || subject.length < 1 || subject.length > 256 || subject.includes('\0'))
     problems.push({ path: ['subject'], message: 'subject must be a string of 1 to 256 characters' });

@@ -8,6 +8,7 @@
  * Phase 3: the rules service's answers are a tier consulted before these (remote-rules.ts; the
  * tiers are combined in rule-tiers.ts).
  */
+import { quoted } from '../../lib/quoted.ts';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
 import { RateLimitError, formatProblem, type RuleProblem } from './errors.ts';
@@ -300,7 +301,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       return { limiters: names, rules: count };
     },
     async unpublish(limiter, rule) {
-      if (!available.has(limiter)) throw new RateLimitError('unknown_limiter', `unknown limiter "${limiter}"`);
+      if (!available.has(limiter)) throw new RateLimitError('unknown_limiter', `unknown limiter ${quoted(limiter)}`);
       const store = requireDocuments();
       await write(store, [limiter], (current) => withoutPublished(current, limiter, rule, stored));
       log.info({ limiter, rule }, 'rate-limit rule unpublished');
@@ -308,7 +309,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     },
     async show(limiter) {
       if (limiter !== undefined && !available.has(limiter))
-        throw new RateLimitError('unknown_limiter', `unknown limiter "${limiter}"`);
+        throw new RateLimitError('unknown_limiter', `unknown limiter ${quoted(limiter)}`);
       return readViews(limiter === undefined ? limiters : [limiter]);
     },
     async showPage(page) {

@@ -9,6 +9,7 @@
  *         identifier properties the answer depended on (its cache key: per principal, per
  *         repository, … or [] for "the same for every identifier"); `ttl_s` how long it may be cached.
  */
+import { quoted } from '../../lib/quoted.ts';
 import type { RuleProblem } from './errors.ts';
 import type { Identifier } from './match.ts';
 import { validateRuleList, NAME_PATTERN, type AvailableLimiters, type RuleSpec } from './rules.ts';
@@ -69,7 +70,7 @@ export function validateRulesQuery(
     problems.push({ path: ['service'], message: `service must match ${SERVICE_NAME_PATTERN.source}` });
   if (typeof limiter !== 'string' || !NAME_PATTERN.test(limiter))
     problems.push({ path: ['limiter'], message: 'limiter must match ^[a-z0-9_]{1,64}$' });
-  else if (!available.has(limiter)) problems.push({ path: ['limiter'], message: `unknown limiter "${limiter}"` });
+  else if (!available.has(limiter)) problems.push({ path: ['limiter'], message: `unknown limiter ${quoted(limiter)}` });
   const values: Record<string, string | number | boolean> = {};
   if (!isPlainObject(identifier))
     problems.push({
@@ -94,7 +95,7 @@ export function validateRulesAnswer(
 ): { answer: RulesAnswer | undefined; problems: RuleProblem[] } {
   const problems: RuleProblem[] = [];
   const spec = available.get(limiter);
-  if (!spec) return { answer: undefined, problems: [{ path: [], message: `unknown limiter "${limiter}"` }] };
+  if (!spec) return { answer: undefined, problems: [{ path: [], message: `unknown limiter ${quoted(limiter)}` }] };
   if (!isPlainObject(body))
     return {
       answer: undefined,

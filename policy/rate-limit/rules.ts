@@ -5,6 +5,7 @@
  * Wire form (`RuleSpec`) is snake_case, as in the spec's YAML and JSON; `Rule` is the camelCase form
  * a `Limiter` evaluates (limit and period may be callables, spec 1.7).
  */
+import { quoted } from '../../lib/quoted.ts';
 import { RateLimitError, type RuleProblem } from './errors.ts';
 import { compileRuleRegex } from './rule-regex.ts';
 
@@ -372,7 +373,10 @@ export function validateRateLimits(
     }
     const spec = available.get(limiter);
     if (!spec) {
-      problems.push({ path, message: `unknown limiter "${limiter}" (available: ${[...available.keys()].join(', ')})` });
+      problems.push({
+        path,
+        message: `unknown limiter ${quoted(limiter)} (available: ${[...available.keys()].join(', ')})`,
+      });
       continue;
     }
     rateLimits.set(limiter, validateRuleList(list, path, problems, new Set(spec.available_properties)));
@@ -388,7 +392,7 @@ export function validateLimiterDocument(
 ): { document: LimiterRules | undefined; problems: RuleProblem[] } {
   const problems: RuleProblem[] = [];
   const spec = available.get(limiter);
-  if (!spec) return { document: undefined, problems: [{ path: [], message: `unknown limiter "${limiter}"` }] };
+  if (!spec) return { document: undefined, problems: [{ path: [], message: `unknown limiter ${quoted(limiter)}` }] };
   if (!isPlainObject(doc))
     return { document: undefined, problems: [{ path: [], message: 'a limiter document must be a mapping of tiers' }] };
   for (const k of Object.keys(doc))

@@ -252,6 +252,29 @@ describe('principal names and key rotation', () => {
   });
 });
 
+describe('a wide reference is quoted back bounded, not whole', () => {
+  it('a principal, repository, group or limiter reference thousands of characters long: its first 128 characters and its length', async () => {
+    const wide = `${'w'.repeat(6000)}!`;
+    const attempts: Array<[string, string, unknown?]> = [
+      ['GET', `/api/v1/admin/principals/${wide}`],
+      ['GET', `/api/v1/admin/principals/${wide}/keys`],
+      ['GET', `/api/v1/admin/grants?principal=${wide}`],
+      ['PUT', `/api/v1/admin/grants/${admin.principalId}/${wide}`, { permission: 'read' }],
+      ['GET', `/api/v1/admin/quotas/repositories/${wide}`],
+      ['GET', `/api/v1/admin/rate-limits/${wide}`],
+      ['DELETE', `/api/v1/admin/rate-limits/gateway_request/rules/${wide}`],
+    ];
+    for (const [method, path, body] of attempts) {
+      const res = await call(method, path, body);
+      expect(res.status, `${method} ${path.slice(0, 60)}`).toBeGreaterThanOrEqual(400);
+      expect(res.status, `${method} ${path.slice(0, 60)}`).toBeLessThan(500);
+      const message = res.body.message as string;
+      expect(message, `${method} ${path.slice(0, 60)}`).toContain(`"${'w'.repeat(128)}"… (6001 characters)`);
+      expect(message.length, `${method} ${path.slice(0, 60)}`).toBeLessThan(400);
+    }
+  });
+});
+
 describe("a forged cursor or a NUL in a filter is the client's fault: 400, never 500", () => {
   it.each([
     [

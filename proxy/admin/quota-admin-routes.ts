@@ -4,6 +4,7 @@
  * under its id. A change is audited as `arkvory quota` records it: the scope and the subject's id
  * (the route's parameter alone names neither the scope nor which principal a name meant).
  */
+import { quoted } from '../../lib/quoted.ts';
 import { noSuchPrincipal } from '../../policy/auth/admin-store.ts';
 import type { QuotaScope } from '../../policy/quota/quota-check.ts';
 import type { QuotaUsage, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
@@ -48,7 +49,7 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
     if (found === undefined) {
       // A key pasted where a principal belongs is not quoted back (into the answer and the log).
       if (scope !== 'repository') throw noSuchPrincipal(named);
-      throw new GatewayError('invalid_request', `"${named}" is not a repository name.`);
+      throw new GatewayError('invalid_request', `${quoted(named)} is not a repository name.`);
     }
     return found;
   };

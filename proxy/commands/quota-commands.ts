@@ -1,3 +1,4 @@
+import { quoted } from '../../lib/quoted.ts';
 import { parseSize } from './client-commands.ts';
 import { noSuchPrincipal } from '../../policy/auth/admin-store.ts';
 import { quotaBody } from '../admin/quota-admin-routes.ts';
@@ -48,7 +49,7 @@ async function subject(quotas: StorageQuotas, scope: QuotaScope, named: string):
   const found = await quotas.subjectOf(scope, named);
   if (found !== undefined) return found;
   throw scope === 'repository'
-    ? new GatewayError('invalid_request', `"${named}" is not a repository name`)
+    ? new GatewayError('invalid_request', `${quoted(named)} is not a repository name`)
     : noSuchPrincipal(named);
 }
 
