@@ -1,15 +1,38 @@
 import type { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { readJsonBody } from './request-body.ts';
+import { isPlainJsonType, readJsonBody } from './request-body.ts';
 
-function body(text: string): IncomingMessage {
+function body(text: string, type = 'application/json'): IncomingMessage {
   return Object.assign(Readable.from([Buffer.from(text)]), {
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': type },
   }) as unknown as IncomingMessage;
 }
 
 describe('readJsonBody', () => {
+  it('takes application/json with its parameters, and refuses JSON-based and look-alike types and other charsets', async () => {
+    for (const type of [
+      'application/json',
+      'Application/JSON',
+      'application/json; charset=utf-8',
+      'application/json;charset="UTF-8"',
+    ])
+      expect(await readJsonBody(body('{"a":1}', type)), type).toEqual({ a: 1 });
+    for (const type of [
+      'application/json-patch+json',
+      'application/merge-patch+json',
+      'application/jsonx',
+      'application/json-seq',
+      'application/json; charset=latin1',
+      'text/json',
+    ])
+      await expect(readJsonBody(body('{"a":1}', type)), type).rejects.toMatchObject({
+        code: 'invalid_request',
+        message: 'Send JSON with Content-Type: application/json.',
+      });
+    expect(isPlainJsonType('application/json ; charset=utf8')).toBe(true);
+  });
+
   it('reads a JSON object', async () => {
     expect(await readJsonBody(body('{"name":"a\\\\u0000b"}'))).toEqual({ name: 'a\\u0000b' });
   });

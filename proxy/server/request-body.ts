@@ -3,6 +3,19 @@ import { JsonTooDeepError, MAX_JSON_DEPTH, parseBoundedJson } from '../../lib/bo
 import { GatewayError } from './errors.ts';
 
 /**
+ * `application/json`, with parameters at most (`charset=utf-8`, the only one JSON has): not a type
+ * that merely starts so (`application/jsonx`), nor a JSON-based one (`application/json-patch+json`,
+ * `application/merge-patch+json`), whose body means something else than the route reads; nor a
+ * charset other than UTF-8, which the body would be misread in.
+ */
+export function isPlainJsonType(type: string): boolean {
+  const m = /^\s*application\/json\s*(;.*)?$/is.exec(type);
+  if (!m) return false;
+  const charset = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(m[1] ?? '');
+  return charset === null || /^utf-?8$/i.test(charset[1]!);
+}
+
+/**
  * Reads a small JSON request body (every route that takes one: admin, console, the rules service, a
  * multipart completion, a presign); larger than `maxBytes` → 413, bad JSON or JSON nested deeper than
  * MAX_JSON_DEPTH → 400 (lib/bounded-json.ts: checked on the text, before anything walks the value). A body past the bound is refused by its Content-Length before it is read,
@@ -21,7 +34,7 @@ export async function readJsonBody(req: IncomingMessage, maxBytes = 64 * 1024): 
     chunks.push(chunk as Buffer);
   }
   if (size === 0) return {};
-  if (!/^application\/json\b/i.test(type))
+  if (!isPlainJsonType(type))
     throw new GatewayError('invalid_request', 'Send JSON with Content-Type: application/json.');
   let value: unknown;
   let hasNul = false;
