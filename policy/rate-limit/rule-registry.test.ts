@@ -355,3 +355,37 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
     });
   });
 });
+
+describe('publishing nothing', () => {
+  it('refuses a batch with no rules, or a limiter given an empty list, as invalid_rules saying how rules are removed; nothing is written', async () => {
+    const { registry, documents } = setup();
+    await registry.start();
+    await registry.publish({
+      rate_limits: { api: [{ name: 'kept', action: 'log', characteristics: ['user'], limit: 1, period_s: 60 }] },
+    });
+    const before = await documents.read(['api', 'sign_in']);
+    for (const batch of [
+      undefined,
+      {},
+      { rate_limits: {} },
+      { rate_limits: { api: [] } },
+      { rate_limits: { api: { rules: [] } } },
+      {
+        rate_limits: {
+          api: [],
+          sign_in: [{ name: 'x', action: 'log', characteristics: ['ip'], limit: 1, period_s: 60 }],
+        },
+      },
+    ])
+      await expect(registry.publish(batch), JSON.stringify(batch)).rejects.toMatchObject({
+        code: 'invalid_rules',
+        problems: [
+          expect.objectContaining({
+            message: expect.stringMatching(/removes none: remove a published rule with DELETE/),
+          }),
+        ],
+      });
+    expect(await documents.read(['api', 'sign_in'])).toEqual(before);
+    expect(names(registry.rules('api'))).toEqual(['kept']);
+  });
+});

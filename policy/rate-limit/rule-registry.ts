@@ -109,6 +109,23 @@ export interface RuleRegistry {
   };
 }
 
+/**
+ * A publish adds or replaces rules by name and leaves the others be, so a batch with no rules (or a
+ * limiter given an empty list) changes nothing; answered "published", it read as a clearing that
+ * did not happen (a template that rendered empty, `gateway_request: []` meant to remove its rules).
+ * Refused as `invalid_rules`, saying how rules are removed.
+ */
+function refuseEmptyBatch(rateLimits: ReadonlyMap<string, readonly RuleSpec[]>): void {
+  const removal =
+    'a publish adds or replaces rules by name and removes none: remove a published rule with DELETE /api/v1/admin/rate-limits/{limiter}/rules/{rule} (arkvory ratelimit unpublish)';
+  const problems: RuleProblem[] = [];
+  if (rateLimits.size === 0) problems.push({ path: ['rate_limits'], message: `the batch holds no rules; ${removal}` });
+  for (const [limiter, rules] of rateLimits)
+    if (rules.length === 0)
+      problems.push({ path: ['rate_limits', limiter], message: `an empty list publishes nothing; ${removal}` });
+  assertNoProblems(problems, 'publish');
+}
+
 export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
   const { documents, available, fileRules, clock, log } = deps;
   const refreshIntervalMs = deps.refreshIntervalMs ?? 5000;
@@ -277,6 +294,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       assertNoProblems(problems, 'publish');
       if (options?.allowSkip === false)
         refuseBypassRules(rateLimits, (limiter) => available.get(limiter)?.default_rules ?? []);
+      refuseEmptyBatch(rateLimits);
       const store = requireDocuments();
       const batchByLimiter = new Map([...rateLimits].filter(([, rules]) => rules.length > 0));
       const names = [...batchByLimiter.keys()];

@@ -252,6 +252,16 @@ describe('principal names and key rotation', () => {
   });
 });
 
+describe('publishing nothing', () => {
+  it('an empty body, no limiters or an empty list is 400 invalid_request saying how rules are removed, not "published"', async () => {
+    for (const body of [{}, { rate_limits: {} }, { rate_limits: { gateway_request: [] } }]) {
+      const res = await call('PUT', '/api/v1/admin/rate-limits', body);
+      expect([res.status, res.body.code], JSON.stringify(body)).toEqual([400, 'invalid_request']);
+      expect(res.body.message).toMatch(/removes none: remove a published rule with DELETE/);
+    }
+  });
+});
+
 describe('a wide reference is quoted back bounded, not whole', () => {
   it('a principal, repository, group or limiter reference thousands of characters long: its first 128 characters and its length', async () => {
     const wide = `${'w'.repeat(6000)}!`;

@@ -161,6 +161,11 @@ describe('arkvory ratelimit publish / unpublish / show', () => {
     const refused = await runCli(['ratelimit', 'publish', bad], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(`${bad}:3:`);
+    // A file with no rules publishes nothing: refused (exit 1, saying how rules are removed), not "published".
+    const empty = await file('empty.yaml', 'rate_limits:\n  transfer_bytes: []\n');
+    const nothing = await runCli(['ratelimit', 'publish', empty], env);
+    expect([nothing.code, nothing.stdout]).toEqual([1, '']);
+    expect(nothing.stderr).toContain('an empty list publishes nothing');
   });
 });
 
