@@ -5,6 +5,7 @@
  * given (keyset pagination: no OFFSET, so a page costs the same wherever it starts, and rows added
  * or removed meanwhile neither repeat nor skip the others).
  */
+import { decimalInteger } from '../../lib/decimal.ts';
 import { PolicyError } from '../errors.ts';
 
 export const PAGE_DEFAULT_LIMIT = 100;
@@ -25,7 +26,7 @@ export interface Page<T> {
 /** The page size asked for, or the default; anything else than 1 … PAGE_MAX_LIMIT is `invalid_request`. */
 export function pageLimit(raw: unknown): number {
   if (raw === undefined || raw === null || raw === '') return PAGE_DEFAULT_LIMIT;
-  const n = typeof raw === 'string' && /^[0-9]{1,7}$/.test(raw) ? Number(raw) : raw;
+  const n = typeof raw === 'string' ? decimalInteger(raw) : raw;
   if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > PAGE_MAX_LIMIT)
     throw new PolicyError('invalid_request', `limit must be an integer from 1 to ${PAGE_MAX_LIMIT}`);
   return n;

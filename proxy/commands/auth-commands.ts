@@ -1,3 +1,4 @@
+import { decimalInteger } from '../../lib/decimal.ts';
 import {
   AdminStore,
   checkGroupName,
@@ -24,9 +25,13 @@ pass nextCursor to --cursor for the next page (null: the last).`;
 
 /** Parses `90`, `90s`, `15m`, `12h`, `30d` into seconds. */
 export function parseDuration(text: string, options: { zero?: boolean } = {}): number {
-  const m = /^(\d+)([smhd]?)$/.exec(text);
+  const m = /^([0-9]+)([smhd]?)$/.exec(text);
   if (!m) throw new UsageError(`"${text}" is not a duration (e.g. 3600, 90m, 12h, 30d)`);
-  const n = Number(m[1]) * ({ '': 1, s: 1, m: 60, h: 3600, d: 86400 } as const)[m[2] as '' | 's' | 'm' | 'h' | 'd'];
+  const count = decimalInteger(m[1]!);
+  const n =
+    count === undefined
+      ? Number.NaN
+      : count * ({ '': 1, s: 1, m: 60, h: 3600, d: 86400 } as const)[m[2] as '' | 's' | 'm' | 'h' | 'd'];
   if (!Number.isSafeInteger(n) || n < 0 || (n === 0 && !options.zero))
     throw new UsageError(`"${text}" must be a positive duration`);
   return n;
@@ -89,8 +94,8 @@ const CEILING_OPTIONS = {
  * would refuse is a usage error (exit 2), not a refusal after connecting (exit 1).
  */
 function wholeNumber(text: string, what: string, min: number, max: number): number {
-  const n = /^\d{1,16}$/.test(text) ? Number(text) : Number.NaN;
-  if (!Number.isSafeInteger(n) || n < min || n > max)
+  const n = decimalInteger(text);
+  if (n === undefined || n < min || n > max)
     throw new UsageError(`${what} must be an integer from ${min} to ${max} (got ${text})`);
   return n;
 }
@@ -104,9 +109,9 @@ function transfersOption(text: string | undefined): { maxTransfers?: number } {
 /** A ceiling option: 0 (none) or MIN_CEILING_BYTES_PER_SECOND .. MAX_CEILING_BYTES_PER_SECOND, as the store takes it. */
 function ceilingOption(text: string | undefined, option: string): number | undefined {
   if (text === undefined) return undefined;
-  if (text === '0') return 0;
-  const n = /^\d{1,16}$/.test(text) ? Number(text) : Number.NaN;
-  if (!Number.isSafeInteger(n) || n < MIN_CEILING_BYTES_PER_SECOND || n > MAX_CEILING_BYTES_PER_SECOND)
+  const n = decimalInteger(text);
+  if (n === 0) return 0;
+  if (n === undefined || n < MIN_CEILING_BYTES_PER_SECOND || n > MAX_CEILING_BYTES_PER_SECOND)
     throw new UsageError(
       `--${option} must be 0 (no ceiling) or an integer from ${MIN_CEILING_BYTES_PER_SECOND} to ${MAX_CEILING_BYTES_PER_SECOND} (got ${text})`,
     );

@@ -3,6 +3,7 @@
  * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage; and 3 done but its audit
  * entry not recorded (as every command, cli-audit.ts), so a script tells a backup it has from one it has not.
  */
+import { decimalInteger } from '../../lib/decimal.ts';
 import { GatewayError } from '../server/errors.ts';
 import { redactRedisTarget, ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
 import { AuditNotRecorded, EXIT_AUDIT_NOT_RECORDED, recordCliAction, type CliAction } from './cli-audit.ts';
@@ -88,8 +89,8 @@ const progressText = (done: number, total: number, bytes: number) =>
 
 function positiveInteger(raw: string | undefined, name: string, max = Number.MAX_SAFE_INTEGER): number | undefined {
   if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < 1 || n > max)
+  const n = decimalInteger(raw);
+  if (n === undefined || n < 1 || n > max)
     throw new UsageError(`--${name} must be an integer from 1 to ${max} (got ${raw})`);
   return n;
 }

@@ -5,6 +5,7 @@
  * (argv is visible to every user of the machine). The SDK (and undici under it) is loaded when one
  * of them runs: every other command lists these three in its help without loading it.
  */
+import { decimalInteger } from '../../lib/decimal.ts';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { text } from 'node:stream/consumers';
@@ -19,14 +20,27 @@ const sdk = () => import('../../client/index.ts');
 const CONNECTION_NOTE = `The gateway (or router) is --url or ARKVORY_URL. The API key is ARKVORY_KEY, or the file named by
 --key-file or ARKVORY_KEY_FILE. Errors: "arkvory: <code>: <message>" on stderr, exit 1.`;
 
-/** `16M`, `1G`, `512K` or a byte count. */
-export function parseSize(text: string): number {
-  const m = /^(\d+)([KMG]?)(?:i?B)?$/i.exec(text);
+/**
+ * `16M`, `1G`, `512K` or a byte count, its digits read as every numeric option's (lib/decimal.ts);
+ * `zero` where 0 means something (a quota that allows nothing more), in any spelling (`0`, `00`, `0K`).
+ */
+export function parseSize(text: string, options: { zero?: boolean } = {}): number {
+  const m = /^([0-9]+)([KMG]?)(?:i?B)?$/i.exec(text);
   if (!m) throw new UsageError(`"${text}" is not a size (e.g. 8M, 1G, 1048576)`);
-  const n = Number(m[1]) * { '': 1, K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[m[2]!.toUpperCase() as '' | 'K' | 'M' | 'G'];
-  if (!Number.isSafeInteger(n) || n <= 0) throw new UsageError(`"${text}" must be a positive size`);
+  const count = decimalInteger(m[1]!);
+  const n =
+    count === undefined
+      ? Number.NaN
+      : count * { '': 1, K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[m[2]!.toUpperCase() as '' | 'K' | 'M' | 'G'];
+  if (!Number.isSafeInteger(n) || n < 0 || (n === 0 && !options.zero))
+    throw new UsageError(
+      `"${text}" must be a ${options.zero ? '' : 'positive '}size of at most ${Number.MAX_SAFE_INTEGER} bytes`,
+    );
   return n;
 }
+
+/** The most parts `arkvory put` sends at once. */
+export const MAX_UPLOAD_CONCURRENCY = 99;
 
 /** The options every client command takes: where the gateway is and where the key is. */
 const CONNECTION_OPTIONS = {
@@ -247,9 +261,11 @@ ${CONNECTION_NOTE}`,
         const key = (await keyFrom(input.string('key-file'), env, true))!;
         const threshold = input.string('threshold');
         const partSize = input.string('part-size');
-        const concurrency = input.string('concurrency');
-        if (concurrency !== undefined && !/^[1-9][0-9]?$/.test(concurrency))
-          throw new UsageError('--concurrency must be 1 to 99');
+        const concurrencyText = input.string('concurrency');
+        const concurrency = concurrencyText === undefined ? undefined : decimalInteger(concurrencyText);
+        if (concurrency !== undefined || concurrencyText !== undefined)
+          if (concurrency === undefined || concurrency < 1 || concurrency > MAX_UPLOAD_CONCURRENCY)
+            throw new UsageError(`--concurrency must be 1 to ${MAX_UPLOAD_CONCURRENCY}`);
         const contentType = input.string('content-type');
         const stateDir = env[CLIENT_VARIABLES.uploadStateDir];
         const { baseUrlOf, KeyScope, upload } = await sdk();
@@ -267,7 +283,7 @@ ${CONNECTION_NOTE}`,
             ...(contentType !== undefined ? { contentType } : {}),
             ...(threshold !== undefined ? { multipartThreshold: parseSize(threshold) } : {}),
             ...(partSize !== undefined ? { partSize: parseSize(partSize) } : {}),
-            ...(concurrency !== undefined ? { concurrency: Number(concurrency) } : {}),
+            ...(concurrency !== undefined ? { concurrency } : {}),
             ...(stateDir ? { stateDir } : {}),
           });
         });

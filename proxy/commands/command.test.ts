@@ -243,6 +243,30 @@ describe("an argument's or option's value a command does not take", () => {
     [['groups', 'set', 'bad name'], /^group name must match/],
     [['grants', 'add', 'bob', 'r', 'admin'], 'the permission must be read or write (got admin)'],
     [['rules-service', 'unset', 'gateway_request', 'host', 'x'], 'KIND must be principal or repository (got host)'],
+    // Numbers are decimal digits only, in every option (lib/decimal.ts): what Number() would also read is refused.
+    [['quota', 'set', '--repository', 'r', '--bytes', '0x10'], '"0x10" is not a size (e.g. 8M, 1G, 1048576)'],
+    [['quota', 'set', '--repository', 'r', '--bytes', '1e3'], '"1e3" is not a size (e.g. 8M, 1G, 1048576)'],
+    [['quota', 'set', '--repository', 'r', '--bytes=-0'], '"-0" is not a size (e.g. 8M, 1G, 1048576)'],
+    [['quota', 'set', '--repository', 'r', '--bytes', ' 5'], '" 5" is not a size (e.g. 8M, 1G, 1048576)'],
+    [
+      ['quota', 'set', '--repository', 'r', '--bytes', '9007199254740992'],
+      '"9007199254740992" must be a size of at most 9007199254740991 bytes',
+    ],
+    [['quota', 'set', '--repository', 'r', '--bytes', '8388608G'], /^"8388608G" must be a size of at most/],
+    [['principals', 'weight', 'bob', ' 5'], `${WEIGHT} (got  5)`],
+    [['principals', 'weight', 'bob', '0x10'], `${WEIGHT} (got 0x10)`],
+    [['principals', 'list', '--limit', '0x10'], `${LIMIT} (got 0x10)`],
+    [['principals', 'list', '--limit', '1e2'], `${LIMIT} (got 1e2)`],
+    [
+      ['repos', 'ceiling', 'r', '--max-transfers', '1e2'],
+      '--max-transfers must be an integer from 0 to 100000 (got 1e2)',
+    ],
+    [['repos', 'ceiling', 'r', '--download=-0'], /^--download must be 0 \(no ceiling\)/],
+    [['backup', '/nonexistent/b', '--keep', '1e3'], '--keep must be an integer from 1 to 9007199254740991 (got 1e3)'],
+    [['backup', '/nonexistent/b', '--keep', '0x10'], '--keep must be an integer from 1 to 9007199254740991 (got 0x10)'],
+    [['backup', '/nonexistent/b', '--keep', ' 3'], '--keep must be an integer from 1 to 9007199254740991 (got  3)'],
+    [['keys', 'create', 'bob', '--expires-in', '1e3'], '"1e3" is not a duration (e.g. 3600, 90m, 12h, 30d)'],
+    [['stats', 'artifacts', '--limit', '0x10'], 'limit must be an integer from 1 to 1000'],
   ] as const)('%j is a usage error before anything is opened', async (words, message) => {
     const command = COMMANDS.find((c) => c.name === words[0])!;
     const invocation = invoke(command, [...words.slice(1)]);
@@ -254,5 +278,21 @@ describe("an argument's or option's value a command does not take", () => {
     await refused.catch((err: Error) =>
       typeof message === 'string' ? expect(err.message).toBe(message) : expect(err.message).toMatch(message),
     );
+  });
+});
+
+describe('numbers written with leading zeros', () => {
+  it('are read in decimal by every parser, 0 in any spelling where 0 is allowed', async () => {
+    const { parseSize } = await import('./client-commands.ts');
+    const { parseDuration } = await import('./auth-commands.ts');
+    const { pageLimit } = await import('../../policy/auth/page.ts');
+    expect(parseSize('00', { zero: true })).toBe(0);
+    expect(parseSize('0K', { zero: true })).toBe(0);
+    expect(parseSize('010')).toBe(10);
+    expect(parseSize(`${'0'.repeat(20)}1M`)).toBe(1024 ** 2);
+    expect(() => parseSize('00')).toThrow(/must be a positive size/);
+    expect(parseDuration('00', { zero: true })).toBe(0);
+    expect(parseDuration('090m')).toBe(5400);
+    expect(pageLimit('00000010')).toBe(10);
   });
 });

@@ -37,7 +37,7 @@ describe('arkvory quota', () => {
       usageBytes: 1000,
       remainingBytes: 1048,
     });
-    expect(await json(['set', '--principal', name, '--bytes', '0'])).toMatchObject({
+    expect(await json(['set', '--principal', name, '--bytes', '00'])).toMatchObject({
       scope: 'principal',
       subject: principalId,
       limitBytes: 0,

@@ -99,8 +99,8 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
         const { scope, named } = scopeOf(input);
         const raw = input.string('bytes');
         if (raw === undefined) throw new UsageError('give --bytes');
-        // 0 is a quota too (nothing more may be stored); parseSize takes positive sizes only.
-        const limitBytes = raw === '0' ? 0 : parseSize(raw);
+        // 0 is a quota too (nothing more may be stored), however it is written (0, 00, 0K).
+        const limitBytes = parseSize(raw, { zero: true });
         return withQuotas(env, async (q) => {
           const id = await subject(q, scope, named);
           if (!(await q.set(scope, id, limitBytes))) throw new GatewayError('not_found', `no ${scope} ${named}`);

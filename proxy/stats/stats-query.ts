@@ -1,4 +1,5 @@
 /** The filters of the usage statistics listings, checked (pure): admin API query and CLI options alike. */
+import { decimalInteger } from '../../lib/decimal.ts';
 import { isCalendarDay } from '../../lib/calendar-date.ts';
 import { GatewayError } from '../server/errors.ts';
 
@@ -7,8 +8,8 @@ export const STATS_MAX_LIMIT = 1000;
 
 function whole(raw: string | undefined, name: string, min: number, max: number, fallback: number): number {
   if (raw === undefined || raw === '') return fallback;
-  const n = /^[0-9]{1,7}$/.test(raw) ? Number(raw) : Number.NaN;
-  if (!(n >= min && n <= max))
+  const n = decimalInteger(raw);
+  if (n === undefined || n < min || n > max)
     throw new GatewayError('invalid_request', `${name} must be an integer from ${min} to ${max}`);
   return n;
 }
