@@ -6,6 +6,7 @@
  */
 import { quoted } from '../../lib/quoted.ts';
 import { jsonbText } from '../../lib/jsonb-text.ts';
+import { JsonTooDeepError, MAX_JSON_DEPTH, parseBoundedJson } from '../../lib/bounded-json.ts';
 import type pg from 'pg';
 import { CURSORS, decodeCursor, type Page, type PageRequest, pageLimit, pageOf } from '../auth/page.ts';
 import { bypassesIn, describeBypass } from './document-changes.ts';
@@ -118,6 +119,37 @@ export function answerFor(
   return { rules, ttl_s: ttlS, varies_by: SUBJECT_KINDS.filter((k) => kinds.has(k)) };
 }
 
+/**
+ * The rules of a stored override (`text`: its `rules` column as written), read back within
+ * MAX_JSON_DEPTH: a row written into PostgreSQL by hand skipped the service's checks, and one nested
+ * thousands of levels deep answered every query it matched 500. Such rules are no rules (`undefined`,
+ * with why). Rules that read back but break the schema are passed on: every gateway validates the
+ * answer and falls back to its local rules (remote-rules.ts), as for any malformed answer.
+ */
+export function storedOverrideRules(text: string): { rules: RuleSpec[] | undefined; problem?: string } {
+  try {
+    return { rules: parseBoundedJson(text) as RuleSpec[] };
+  } catch (err) {
+    return {
+      rules: undefined,
+      problem:
+        err instanceof JsonTooDeepError
+          ? `the stored rules nest deeper than ${MAX_JSON_DEPTH} levels`
+          : 'the stored rules are not JSON',
+    };
+  }
+}
+
+/**
+ * An override as listed: one whose stored rules cannot be read back (a row written by hand, nested
+ * deeper than MAX_JSON_DEPTH) is listed with `rules: null` and why, so that it can be found and removed.
+ */
+export interface ListedOverride extends OverrideKey {
+  rules: RuleSpec[] | null;
+  unreadable?: string;
+  updatedAt?: string;
+}
+
 export interface OverrideStore {
   put(override: RuleOverride): Promise<RuleOverride>;
   /** False when there was no such override. */
@@ -127,13 +159,16 @@ export interface OverrideStore {
    * kind and subject: the table's key, so a page costs the same wherever it starts. A bad `limit`
    * or a cursor this listing did not give is `invalid_request` (policy/auth/page.ts).
    */
-  list(filter?: { service?: string; limiter?: string }, page?: PageRequest): Promise<Page<RuleOverride>>;
-  /** One round trip: the subject kinds in use for (service, limiter) and this identifier's overrides. */
+  list(filter?: { service?: string; limiter?: string }, page?: PageRequest): Promise<Page<ListedOverride>>;
+  /**
+   * One round trip: the subject kinds in use for (service, limiter) and this identifier's overrides,
+   * by kind: their subject and their rules as stored (JSON text, for `storedOverrideRules`).
+   */
   lookup(
     service: string,
     limiter: string,
     identifier: Identifier,
-  ): Promise<{ kinds: Set<SubjectKind>; matching: Map<SubjectKind, RuleSpec[]> }>;
+  ): Promise<{ kinds: Set<SubjectKind>; stored: Map<SubjectKind, { subject: string; text: string }> }>;
 }
 
 interface Row {
@@ -141,18 +176,19 @@ interface Row {
   limiter: string;
   subject_kind: SubjectKind;
   subject: string;
-  rules: RuleSpec[];
+  /** As text: pg would JSON.parse it, however deep a hand-written row nests. */
+  rules: string;
   updated_at: Date;
 }
 
-const fromRow = (r: Row): RuleOverride => ({
-  service: r.service,
-  limiter: r.limiter,
-  subjectKind: r.subject_kind,
-  subject: r.subject,
-  rules: r.rules,
-  updatedAt: r.updated_at.toISOString(),
-});
+const COLUMNS = 'service, limiter, subject_kind, subject, rules::text AS rules, updated_at';
+
+const fromRow = (r: Row): ListedOverride => {
+  const key = { service: r.service, limiter: r.limiter, subjectKind: r.subject_kind, subject: r.subject };
+  const updatedAt = r.updated_at.toISOString();
+  const { rules, problem } = storedOverrideRules(r.rules);
+  return rules ? { ...key, rules, updatedAt } : { ...key, rules: null, unreadable: problem!, updatedAt };
+};
 
 export function createOverrideStore(pool: pg.Pool): OverrideStore {
   return {
@@ -160,11 +196,13 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
       const { rows } = await pool.query<Row>(
         `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ($1, $2, $3, $4, $5::jsonb)
          ON CONFLICT (service, limiter, subject_kind, subject) DO UPDATE SET rules = EXCLUDED.rules, updated_at = now()
-         RETURNING *`,
+         RETURNING ${COLUMNS}`,
         // The rules' descriptions are a caller's free text: half a surrogate pair in them is no 500.
         [o.service, o.limiter, o.subjectKind, o.subject, jsonbText(o.rules)],
       );
-      return fromRow(rows[0]!);
+      // As stored (jsonbText may have replaced half a surrogate pair); just validated, so readable.
+      const stored = fromRow(rows[0]!);
+      return { ...o, rules: stored.rules ?? o.rules, updatedAt: stored.updatedAt! };
     },
     async remove(k) {
       const { rowCount } = await pool.query(
@@ -177,7 +215,7 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
       const limit = pageLimit(page.limit);
       const after = decodeCursor(page.cursor, CURSORS.ruleOverrides);
       const { rows } = await pool.query<Row>(
-        `SELECT * FROM arkvory_rule_overrides
+        `SELECT ${COLUMNS} FROM arkvory_rule_overrides
          WHERE ($1::text IS NULL OR service = $1) AND ($2::text IS NULL OR limiter = $2)
            AND ($3::text IS NULL OR (service, limiter, subject_kind, subject) > ($3::text, $4::text, $5::text, $6::text))
          ORDER BY service, limiter, subject_kind, subject LIMIT $7`,
@@ -191,8 +229,9 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
       ]);
     },
     async lookup(service, limiter, identifier) {
-      const { rows } = await pool.query<{ subject_kind: SubjectKind; rules: RuleSpec[] | null }>(
-        `SELECT k.subject_kind, o.rules
+      // As text: pg would JSON.parse it, however deep a hand-written row nests.
+      const { rows } = await pool.query<{ subject_kind: SubjectKind; subject: string | null; rules: string | null }>(
+        `SELECT k.subject_kind, o.subject, o.rules::text AS rules
            FROM (SELECT DISTINCT subject_kind FROM arkvory_rule_overrides WHERE service = $1 AND limiter = $2) k
            LEFT JOIN arkvory_rule_overrides o
              ON o.service = $1 AND o.limiter = $2 AND o.subject_kind = k.subject_kind
@@ -200,12 +239,12 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
         [service, limiter, valueOf(identifier, 'principal') ?? null, valueOf(identifier, 'repository') ?? null],
       );
       const kinds = new Set<SubjectKind>();
-      const matching = new Map<SubjectKind, RuleSpec[]>();
+      const stored = new Map<SubjectKind, { subject: string; text: string }>();
       for (const r of rows) {
         kinds.add(r.subject_kind);
-        if (r.rules) matching.set(r.subject_kind, r.rules);
+        if (r.rules !== null && r.subject !== null) stored.set(r.subject_kind, { subject: r.subject, text: r.rules });
       }
-      return { kinds, matching };
+      return { kinds, stored };
     },
   };
 }

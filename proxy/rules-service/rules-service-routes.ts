@@ -9,6 +9,8 @@ import { formatProblem, validateRulesQuery, type AvailableLimiters } from '../..
 import {
   answerFor,
   overrideBypasses,
+  storedOverrideRules,
+  type SubjectKind,
   validateOverride,
   type OverrideStore,
 } from '../../policy/rate-limit/rule-overrides.ts';
@@ -22,6 +24,8 @@ import { pageQuery } from '../admin/auth-admin-routes.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { Clock } from '../../policy/clock.ts';
 import type { QueryTokens } from './query-tokens.ts';
+import type { RuleSpec } from '../../policy/rate-limit/rules.ts';
+import { LogBudget } from '../../lib/log-budget.ts';
 
 const OVERRIDES = '/api/v1/admin/rule-overrides';
 const ONE_OVERRIDE = `${OVERRIDES}/:service/:limiter/:kind/:subject`;
@@ -36,6 +40,7 @@ const wire = (o: {
   subjectKind: string;
   subject: string;
   rules: unknown;
+  unreadable?: string | undefined;
   updatedAt?: string | undefined;
 }) => ({
   service: o.service,
@@ -43,6 +48,7 @@ const wire = (o: {
   subject_kind: o.subjectKind,
   subject: o.subject,
   rules: o.rules,
+  ...(o.unreadable !== undefined ? { unreadable: o.unreadable } : {}),
   updated_at: o.updatedAt,
 });
 
@@ -58,6 +64,8 @@ export function rulesServiceRoutes(deps: {
 }): Route[] {
   const { store, available, ttlSeconds, tokens, clock, lifecycle } = deps;
   const bypassPublishers = deps.bypassPublishers ?? [];
+  // A broken stored override matches every query of its subject: its line at most once a minute.
+  const brokenLines = new LogBudget({ linesPerInterval: 1, intervalMs: 60_000 });
   return [
     ...liveAndStatusRoutes(lifecycle),
     {
@@ -66,7 +74,7 @@ export function rulesServiceRoutes(deps: {
       access: 'public',
       // A question, not a change.
       audit: null,
-      async handle({ req, res }) {
+      async handle({ req, res, log }) {
         if (!tokens.accepts(req.headers.authorization, clock.monotonicMs())) {
           throw new PolicyError(
             'unauthorized',
@@ -76,8 +84,24 @@ export function rulesServiceRoutes(deps: {
         }
         const { query, problems } = validateRulesQuery(await readJsonBody(req), available);
         if (!query) throw invalid(problems);
-        const { kinds, matching } = await store.lookup(query.service, query.limiter, query.identifier);
-        // Rules were validated when written; every gateway validates the answer again on arrival.
+        const { kinds, stored } = await store.lookup(query.service, query.limiter, query.identifier);
+        // Read back within the JSON depth bound (a row may have been written by hand): one that is
+        // not is left out and logged, the others answered. Every gateway validates the answer again.
+        const matching = new Map<SubjectKind, RuleSpec[]>();
+        for (const [subjectKind, { subject, text }] of stored) {
+          const { rules, problem } = storedOverrideRules(text);
+          if (rules) {
+            matching.set(subjectKind, rules);
+            continue;
+          }
+          const key = { service: query.service, limiter: query.limiter, subjectKind, subject };
+          const turn = brokenLines.take(`${key.service}/${key.limiter}/${subjectKind}/${subject}`, clock.monotonicMs());
+          if (turn.write)
+            log.warn(
+              { code: 'invalid_stored_override', ...key, problem, suppressed: turn.suppressed },
+              'a stored rule override cannot be read back: left out of the answer; remove it (arkvory rules-service unset)',
+            );
+        }
         sendJson(res, 200, answerFor(kinds, matching, ttlSeconds));
       },
     },

@@ -550,6 +550,59 @@ describe('overrides under hostile input (issue 35)', () => {
     await db.pool.query('DELETE FROM arkvory_rule_overrides WHERE subject = $1', [user.principalId]);
   });
 
+  it('an override written into PostgreSQL by hand nested thousands of levels deep is left out and logged, and listed as unreadable: not a 500', async () => {
+    const service = await startRulesService();
+    const user = await createServiceAccount(db.pool);
+    const deep = `${'['.repeat(5000)}${']'.repeat(5000)}`;
+    await db.pool.query(
+      `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules)
+         VALUES ('hand', 'gateway_request', 'principal', $1, $2::jsonb), ('hand', 'gateway_request', 'repository', 'libs', $3::jsonb)`,
+      [
+        user.principalId,
+        `[{"name":"deep","action":"log","limit":1,"period_s":1,"match":${deep}}]`,
+        JSON.stringify([capRule('repo_cap', 7)]),
+      ],
+    );
+    try {
+      const res = await fetch(`${service.url}/api/v1/rules/query`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          service: 'hand',
+          limiter: 'gateway_request',
+          identifier: { principal: user.principalId, repository: 'libs' },
+        }),
+      });
+      expect(res.status).toBe(200);
+      // The repository's override still applies.
+      expect(await res.json()).toEqual({
+        rules: [capRule('repo_cap', 7)],
+        ttl_s: 1,
+        varies_by: ['principal', 'repository'],
+      });
+      await expect
+        .poll(() => logLines(service).filter((l) => l.code === 'invalid_stored_override'))
+        .toEqual([
+          expect.objectContaining({
+            subject: user.principalId,
+            problem: 'the stored rules nest deeper than 64 levels',
+          }),
+        ]);
+      const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+      const listed = await fetch(`${service.url}/api/v1/admin/rule-overrides?service=hand`, {
+        headers: bearer(admin.key),
+      });
+      expect(listed.status).toBe(200);
+      const { overrides } = (await listed.json()) as { overrides: Array<Record<string, unknown>> };
+      expect(overrides.map((o) => [o.subject, o.rules, o.unreadable])).toEqual([
+        [user.principalId, null, 'the stored rules nest deeper than 64 levels'],
+        ['libs', [capRule('repo_cap', 7)], undefined],
+      ]);
+    } finally {
+      await db.pool.query(`DELETE FROM arkvory_rule_overrides WHERE service = 'hand'`);
+    }
+  });
+
   it('counts an override whose audit row the database refused on its metrics port; the override stands', async () => {
     const metricsPort = await freeLoopbackPort();
     const service = await startRulesService({ ARKVORY_METRICS_PORT: String(metricsPort) });
