@@ -368,6 +368,29 @@ describe('external rules service (Phase 3) with real processes', () => {
     }
   });
 
+  it('an answer varying by repository is not asked for again per repository name a client invents: unknown names stop at the grant check', async () => {
+    const service = await startRulesService({ ARKVORY_RULES_SERVICE_TTL_SECONDS: '60' });
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    await createRepository(db.pool, 'varied');
+    const user = await createServiceAccount(db.pool, { grants: { varied: 'read' } });
+    const target = { service: 'alpha', limiter: 'gateway_request', kind: 'repository', subject: 'varied' };
+    expect((await putOverride(service, admin.key, target, [capRule('repo_cap', 1000)])).status).toBe(200);
+    try {
+      const gw = await startGateway({ env: gatewayEnv(service) });
+      const read = (repo: string, headers: Record<string, string>) =>
+        fetch(`${gw.url}/api/v1/repositories/${repo}/artifacts/x/content`, { headers }).then((r) => r.status);
+      expect(await read('varied', bearer(user.key))).toBe(404); // no such artifact; the answer is cached
+      const before = await rulesServiceCount(gw.url, 'miss');
+      for (let i = 0; i < 10; i++) {
+        expect(await read(`made-up-${i}`, bearer(user.key))).toBe(404);
+        expect(await read(`made-up-${i}`, {})).toBe(401);
+      }
+      expect(await rulesServiceCount(gw.url, 'miss')).toBe(before);
+    } finally {
+      await db.pool.query(`DELETE FROM arkvory_rule_overrides WHERE subject = 'varied'`);
+    }
+  });
+
   it('rejects and logs a malformed answer; the local rules apply', async () => {
     const service = await startRulesService();
     const user = await createServiceAccount(db.pool);
