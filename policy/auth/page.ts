@@ -56,6 +56,7 @@ export const CURSORS = {
   grants: { listing: 'grants', arity: 2 },
   ruleOverrides: { listing: 'rule overrides', arity: 4 },
   limiters: { listing: 'limiters', arity: 1 },
+  quotas: { listing: 'quotas', arity: 2, shapes: [/^(?:repository|principal)$/] },
   // An id compared as a bigint (the audit trail also checks it is at most the largest one).
   audit: { listing: 'audit', arity: 1, shapes: [/^[0-9]{1,19}$/] },
 } as const satisfies Record<string, CursorShape>;

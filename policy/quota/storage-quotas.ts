@@ -12,6 +12,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { withTransaction } from '../../lib/transaction.ts';
+import { CURSORS, decodeCursor, encodeCursor, type Page, type PageRequest, pageLimit } from '../auth/page.ts';
 import { nextReservationBytes, type QuotaScope, type QuotaState, quotaExceeded, quotaRefusal } from './quota-check.ts';
 
 /** Class id of the quota advisory locks (two-int4 form, a lock space of its own: 'ARKQ'). */
@@ -142,6 +143,13 @@ export interface StorageQuotas {
   ): Promise<void>;
   /** Every quota set, with its usage. */
   list(): Promise<QuotaUsage[]>;
+  /**
+   * One page of the quotas set, repositories first, each with its usage (policy/auth/page.ts: a bad
+   * `limit` or cursor is `invalid_request`). Each quota's usage is a query of its own, so a listing
+   * is paged like every other: all at once, thousands of principal quotas made one request run
+   * thousands of queries.
+   */
+  listPage(page?: PageRequest): Promise<Page<QuotaUsage>>;
   /**
    * One subject's usage, and its limit if one is set; undefined when the repository (by name) or
    * principal (by id) does not exist and no quota is set for it (a mistyped name, which would
@@ -398,6 +406,24 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
       const out: QuotaUsage[] = [];
       for (const row of rows) out.push(await usageOf(row.scope, row.subject, Number(row.limit_bytes)));
       return out;
+    },
+    async listPage(page = {}) {
+      const limit = pageLimit(page.limit);
+      const after = decodeCursor(page.cursor, CURSORS.quotas);
+      const { rows } = await pool.query<{ scope: QuotaScope; subject: string; limit_bytes: string }>(
+        `SELECT scope, subject, limit_bytes::text FROM arkvory_storage_quotas
+          WHERE $1::text IS NULL OR scope::text < $1 OR (scope::text = $1 AND subject > $2)
+          ORDER BY scope DESC, subject LIMIT $3`,
+        [after?.[0] ?? null, after?.[1] ?? null, limit + 1],
+      );
+      const items: QuotaUsage[] = [];
+      for (const row of rows.slice(0, limit))
+        items.push(await usageOf(row.scope, row.subject, Number(row.limit_bytes)));
+      const last = items[items.length - 1];
+      return {
+        items,
+        nextCursor: rows.length > limit && last ? encodeCursor(CURSORS.quotas, [last.scope, last.subject]) : null,
+      };
     },
     async show(scope, subject) {
       const { rows } = await pool.query<{ limit_bytes: string | null; found: boolean }>(

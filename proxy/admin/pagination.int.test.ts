@@ -6,7 +6,7 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
-import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT } from '../../policy/auth/page.ts';
+import { CURSORS, encodeCursor, PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT } from '../../policy/auth/page.ts';
 import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { request } from '../../test/support/content.ts';
@@ -181,6 +181,42 @@ describe('admin API listings', () => {
     expect(refused.stderr).toBe(
       'arkvory principals list: --limit must be an integer from 1 to 1000 (got 5000) (see arkvory principals list --help)\n',
     );
+  });
+});
+
+describe('storage quotas', () => {
+  it('are paged (route and CLI), repositories first; the walk gives each quota once; a forged cursor is 400', async () => {
+    // 150 principal quotas and the 6 repositories': past one default page.
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes)
+         SELECT 'principal', id::text, 1024 FROM arkvory_principals ORDER BY name LIMIT 150`,
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) SELECT 'repository', name, 2048 FROM arkvory_repositories`,
+    );
+    try {
+      const expected = (
+        await db.pool.query<{ key: string }>(
+          `SELECT scope || ':' || subject AS key FROM arkvory_storage_quotas ORDER BY scope DESC, subject`,
+        )
+      ).rows.map((r) => r.key);
+      expect(expected).toHaveLength(156);
+      const { items, largest } = await walk('/api/v1/admin/quotas?limit=40', 'quotas');
+      expect(largest).toBe(40);
+      expect(items.map((q) => `${q.scope}:${q.subject}`)).toEqual(expected);
+      expect((await getJson('/api/v1/admin/quotas')).body.quotas).toHaveLength(PAGE_DEFAULT_LIMIT);
+      const forged = await getJson(`/api/v1/admin/quotas?cursor=${encodeCursor(CURSORS.quotas, ['group', 'x'])}`);
+      expect([forged.status, forged.body.code]).toEqual([400, 'invalid_request']);
+      const cli = await runCli(['quota', 'list', '--limit', '150'], { ARKVORY_DATABASE_URL: db.url });
+      expect(cli.code, cli.stderr).toBe(0);
+      const first = JSON.parse(cli.stdout) as { quotas: Array<{ scope: string; subject: string }>; nextCursor: string };
+      const rest = await runCli(['quota', 'list', '--cursor', first.nextCursor], { ARKVORY_DATABASE_URL: db.url });
+      const second = JSON.parse(rest.stdout) as { quotas: Array<{ scope: string; subject: string }>; nextCursor: null };
+      expect([...first.quotas, ...second.quotas].map((q) => `${q.scope}:${q.subject}`)).toEqual(expected);
+      expect(second.nextCursor).toBeNull();
+    } finally {
+      await db.pool.query('DELETE FROM arkvory_storage_quotas');
+    }
   });
 });
 

@@ -10,6 +10,7 @@ import type { QuotaScope } from '../../policy/quota/quota-check.ts';
 import type { QuotaUsage, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
+import { pageQuery } from './auth-admin-routes.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 
@@ -64,8 +65,9 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
       methods: ['GET'],
       template: BASE,
       access: 'admin',
-      async handle({ res }) {
-        sendJson(res, 200, { quotas: (await quotas.list()).map(quotaBody) });
+      async handle({ res, url }) {
+        const page = await quotas.listPage(pageQuery(url));
+        sendJson(res, 200, { quotas: page.items.map(quotaBody), nextCursor: page.nextCursor });
       },
     },
   ];

@@ -1,4 +1,6 @@
 import { quoted } from '../../lib/quoted.ts';
+import { PAGE_OPTIONS, pageInput } from './page-options.ts';
+import { CURSORS } from '../../policy/auth/page.ts';
 import { parseSize } from './client-commands.ts';
 import { noSuchPrincipal } from '../../policy/auth/admin-store.ts';
 import { quotaBody } from '../admin/quota-admin-routes.ts';
@@ -74,8 +76,15 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
   forms: [
     form({
       name: 'list',
-      summary: 'every quota set, with its usage',
-      run: (_input, env) => withQuotas(env, async (q) => ({ out: { quotas: (await q.list()).map(quotaBody) } })),
+      summary: 'the quotas set, with their usage: one page ({ quotas, nextCursor })',
+      options: PAGE_OPTIONS,
+      run: (input, env) => {
+        const page = pageInput(input, CURSORS.quotas);
+        return withQuotas(env, async (q) => {
+          const listed = await q.listPage(page);
+          return { out: { quotas: listed.items.map(quotaBody), nextCursor: listed.nextCursor } };
+        });
+      },
     }),
     form({
       name: 'show',
