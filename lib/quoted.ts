@@ -14,3 +14,8 @@ export function quoted(value: unknown, max = MAX_QUOTED_CHARS): string {
   if (value.length <= max) return JSON.stringify(value);
   return `${JSON.stringify(value.slice(0, max))}… (${value.length} characters)`;
 }
+
+/** `text` as it is (unquoted: a key path, a rule name), bounded as `quoted` bounds it. */
+export function clipped(text: string, max = MAX_QUOTED_CHARS): string {
+  return text.length <= max ? text : `${text.slice(0, max)}… (${text.length} characters)`;
+}

@@ -1,3 +1,4 @@
+import { clipped } from '../../lib/quoted.ts';
 import { type CodeOf, CodedError, defineErrors } from '../../lib/coded-error.ts';
 
 /**
@@ -90,11 +91,12 @@ export class RateLimitError extends CodedError<RateLimitErrorCode> {
 export function formatProblem(p: RuleProblem): string {
   const where = p.file ? `${p.file}${p.line ? `:${p.line}` : ''}: ` : p.line ? `line ${p.line}: ` : '';
   const path = formatPath(p.path);
-  return `${where}${path}${p.rule ? ` (rule "${p.rule}")` : ''}: ${p.message}`;
+  return `${where}${path}${p.rule ? ` (rule "${clipped(p.rule)}")` : ''}: ${p.message}`;
 }
 
 export function formatPath(path: readonly (string | number)[]): string {
   let out = '';
-  for (const part of path) out += typeof part === 'number' ? `[${part}]` : out ? `.${part}` : part;
+  // A key is the caller's (a publish body's, a file's): bounded, as every value quoted back.
+  for (const part of path) out += typeof part === 'number' ? `[${part}]` : out ? `.${clipped(part)}` : clipped(part);
   return out || '(document)';
 }

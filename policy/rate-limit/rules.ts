@@ -119,23 +119,22 @@ export function validateRule(
   const ruleName = typeof rawName === 'string' ? rawName : undefined;
   const problem = (key: string | undefined, message: string) =>
     problems.push({ path: key === undefined ? path : [...path, key], message, rule: ruleName });
-  for (const key of Object.keys(value)) if (!RULE_FIELDS.has(key)) problem(key, `unknown field "${key}"`);
+  for (const key of Object.keys(value)) if (!RULE_FIELDS.has(key)) problem(key, `unknown field ${quoted(key)}`);
   if (typeof rawName !== 'string')
     problem(rawName === undefined ? undefined : 'name', 'name is required (a string matching ^[a-z0-9_]{1,64}$)');
-  else if (!NAME_PATTERN.test(rawName))
-    problem('name', `name must match ^[a-z0-9_]{1,64}$, got ${JSON.stringify(rawName)}`);
+  else if (!NAME_PATTERN.test(rawName)) problem('name', `name must match ^[a-z0-9_]{1,64}$, got ${quoted(rawName)}`);
   if (value.description !== undefined && typeof value.description !== 'string')
     problem('description', 'description must be a string');
   const action = value.action;
   if (action === undefined) problem(undefined, 'action is required (limit, log or skip)');
   else if (!ACTIONS.includes(action as Action))
-    problem('action', `action must be one of limit, log, skip; got ${JSON.stringify(action)}`);
+    problem('action', `action must be one of limit, log, skip; got ${quoted(action)}`);
 
   const checkProperty = (name: unknown, where: Path, what: string): name is string => {
     if (typeof name !== 'string' || !PROPERTY_PATTERN.test(name)) {
       problems.push({
         path: where,
-        message: `${what} must be a property name, got ${JSON.stringify(name)}`,
+        message: `${what} must be a property name, got ${quoted(name)}`,
         rule: ruleName,
       });
       return false;
@@ -143,7 +142,7 @@ export function validateRule(
     if (properties && !properties.has(name)) {
       problems.push({
         path: where,
-        message: `${what} "${name}" is not an available property of this limiter (available: ${[...properties].join(', ') || 'none'})`,
+        message: `${what} ${quoted(name)} is not an available property of this limiter (available: ${[...properties].join(', ') || 'none'})`,
         rule: ruleName,
       });
       return false;
@@ -161,7 +160,7 @@ export function validateRule(
           if (characteristics.includes(c))
             problems.push({
               path: [...path, 'characteristics', i],
-              message: `characteristic "${c}" is listed twice`,
+              message: `characteristic ${quoted(c)} is listed twice`,
               rule: ruleName,
             });
           else characteristics.push(c);
@@ -202,7 +201,7 @@ export function validateRule(
     const raw = value[key];
     if (raw === undefined || raw === null) return undefined;
     if (typeof raw !== 'number' || !Number.isInteger(raw) || raw < min || raw > max) {
-      problem(key, `${key} must be an integer from ${min} to ${max}, got ${JSON.stringify(raw)}`);
+      problem(key, `${key} must be an integer from ${min} to ${max}, got ${quoted(raw)}`);
       return undefined;
     }
     return raw;
@@ -224,7 +223,7 @@ export function validateRule(
   if (hasBan && action === 'skip') problem('ban_for_s', 'ban_for_s is not valid on skip rules');
   const onStoreError = value.on_store_error;
   if (onStoreError !== undefined && !STORE_ERROR_ACTIONS.includes(onStoreError as StoreErrorAction))
-    problem('on_store_error', `on_store_error must be allow or deny; got ${JSON.stringify(onStoreError)}`);
+    problem('on_store_error', `on_store_error must be allow or deny; got ${quoted(onStoreError)}`);
   // Only a limit rule blocks; a log or skip rule that denied on a store failure would block what it never blocks.
   else if (onStoreError === 'deny' && action !== 'limit')
     problem('on_store_error', 'on_store_error: deny is valid on limit rules only');
@@ -253,7 +252,7 @@ export function validateRuleList(
     for (const k of extra)
       problems.push({
         path: [...path, k],
-        message: `unknown field "${k}" (a rule list is a list, or { rules: [...] })`,
+        message: `unknown field ${quoted(k)} (a rule list is a list, or { rules: [...] })`,
       });
     list = value.rules ?? [];
     listPath = [...path, 'rules'];
@@ -273,7 +272,7 @@ export function validateRuleList(
       if (first !== undefined)
         problems.push({
           path: [...listPath, i, 'name'],
-          message: `rule name "${name}" is already used by rule ${first} of this limiter; names must be unique per limiter`,
+          message: `rule name ${quoted(name)} is already used by rule ${first} of this limiter; names must be unique per limiter`,
           rule: name,
         });
       else seen.set(name, i);
@@ -298,7 +297,7 @@ export function validateAvailableLimiters(doc: unknown): {
     return { available, problems };
   }
   for (const k of Object.keys(doc))
-    if (k !== 'available_limiters') problems.push({ path: [k], message: `unknown top-level key "${k}"` });
+    if (k !== 'available_limiters') problems.push({ path: [k], message: `unknown top-level key ${quoted(k)}` });
   const entries = Object.entries(doc.available_limiters);
   if (entries.length === 0)
     problems.push({ path: ['available_limiters'], message: 'at least one limiter is required' });
@@ -314,7 +313,7 @@ export function validateAvailableLimiters(doc: unknown): {
     }
     for (const k of Object.keys(raw))
       if (!['description', 'available_properties', 'default_rules'].includes(k))
-        problems.push({ path: [...path, k], message: `unknown field "${k}"` });
+        problems.push({ path: [...path, k], message: `unknown field ${quoted(k)}` });
     if (typeof raw.description !== 'string' || raw.description.length === 0)
       problems.push({ path: [...path, 'description'], message: 'description is required' });
     const props: string[] = [];
@@ -326,7 +325,7 @@ export function validateAvailableLimiters(doc: unknown): {
           if (typeof p !== 'string' || !PROPERTY_PATTERN.test(p))
             problems.push({
               path: [...path, 'available_properties', i],
-              message: `invalid property name ${JSON.stringify(p)}`,
+              message: `invalid property name ${quoted(p)}`,
             });
           else props.push(p);
         });
@@ -358,7 +357,7 @@ export function validateRateLimits(
   }
   for (const k of Object.keys(doc))
     if (k !== 'rate_limits')
-      problems.push({ path: [k], message: `unknown top-level key "${k}" (expected rate_limits)` });
+      problems.push({ path: [k], message: `unknown top-level key ${quoted(k)} (expected rate_limits)` });
   const map = doc.rate_limits;
   if (map === undefined || map === null) return { rateLimits, problems };
   if (!isPlainObject(map)) {
@@ -396,7 +395,7 @@ export function validateLimiterDocument(
   if (!isPlainObject(doc))
     return { document: undefined, problems: [{ path: [], message: 'a limiter document must be a mapping of tiers' }] };
   for (const k of Object.keys(doc))
-    if (!(TIERS as readonly string[]).includes(k)) problems.push({ path: [k], message: `unknown tier "${k}"` });
+    if (!(TIERS as readonly string[]).includes(k)) problems.push({ path: [k], message: `unknown tier ${quoted(k)}` });
   const props = new Set(spec.available_properties);
   const document = emptyDocument();
   for (const tier of TIERS)
