@@ -327,7 +327,7 @@ export class AdminStore {
     if (typeof weight !== 'number' || !Number.isSafeInteger(weight) || weight < 1 || weight > MAX_BANDWIDTH_WEIGHT)
       throw new PolicyError(
         'invalid_request',
-        `bandwidthWeight must be an integer from 1 to ${MAX_BANDWIDTH_WEIGHT}, got ${JSON.stringify(weight)}`,
+        `bandwidthWeight must be an integer from 1 to ${MAX_BANDWIDTH_WEIGHT}, got ${quoted(weight)}`,
       );
     const p = await this.findPrincipal(ref);
     const r = await this.#pool.query('UPDATE arkvory_principals SET bandwidth_weight = $2 WHERE id = $1 RETURNING *', [

@@ -4,6 +4,7 @@
  * `DNS:<name>` (lower case); a certificate offers the SANs Node reports in `subjectaltname`.
  * Nothing here does I/O; the authenticator looks bindings up, the auth gate reads the socket.
  */
+import { quoted } from '../../lib/quoted.ts';
 import { PolicyError } from '../errors.ts';
 
 const URI_SAN = /^URI:[^\s\p{Cc}]{1,1024}$/u;
@@ -23,7 +24,7 @@ export function normalizeSan(input: unknown): string {
   const value = san.slice(4);
   const canonical = kind === 'DNS' ? `DNS:${value.toLowerCase()}` : `URI:${value}`;
   if (!(kind === 'DNS' ? DNS_SAN : URI_SAN).test(canonical))
-    throw new PolicyError('invalid_request', `san ${JSON.stringify(input)} is neither URI:<uri> nor DNS:<name>`);
+    throw new PolicyError('invalid_request', `san ${quoted(input)} is neither URI:<uri> nor DNS:<name>`);
   return canonical;
 }
 

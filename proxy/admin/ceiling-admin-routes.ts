@@ -4,6 +4,7 @@
  * store the CLI's `arkvory groups` and `arkvory repos ceiling` use (docs/bandwidth-and-admission.md,
  * "Group and repository ceilings"). Gateways apply a change within 2 seconds.
  */
+import { quoted } from '../../lib/quoted.ts';
 import { AdminStore, type GroupRow } from '../../policy/auth/admin-store.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
@@ -23,7 +24,7 @@ function ceilingsOf<F extends string>(body: Record<string, unknown>, fields: rea
   const out: Partial<Record<F, number>> = {};
   for (const [name, value] of Object.entries(body)) {
     if (!(fields as readonly string[]).includes(name))
-      throw new GatewayError('invalid_request', `Unknown field "${name}": send any of ${fields.join(', ')}.`);
+      throw new GatewayError('invalid_request', `Unknown field ${quoted(name)}: send any of ${fields.join(', ')}.`);
     if (typeof value !== 'number') throw new GatewayError('invalid_request', `${name} must be a whole number.`);
     out[name as F] = value;
   }
