@@ -104,9 +104,12 @@ function logLines(service: RulesServiceProcess): Array<Record<string, unknown>> 
 const retryLines = (service: RulesServiceProcess) =>
   logLines(service).filter((l) => l.msg === 'PostgreSQL not reachable at startup; retrying');
 
-/** Waits until the service has logged `count` startup retries; fails at once if it exits first. */
+/**
+ * Waits until the service has logged `count` startup retries; fails at once if it exits first. The
+ * bound is generous: a loaded machine can take seconds to start a process before its first attempt.
+ */
 async function untilRetried(service: RulesServiceProcess, count: number): Promise<void> {
-  for (let i = 0; i < 200; i++) {
+  for (const deadline = performance.now() + 30_000; performance.now() < deadline; ) {
     if (retryLines(service).length >= count) return;
     if (service.child.exitCode !== null) throw new Error(`rules service exited:\n${service.logs()}`);
     await sleep(25);
