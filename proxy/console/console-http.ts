@@ -8,23 +8,12 @@ import type { AuditAction } from '../audit/audit-event.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import type { HttpMethod } from '../server/route-table.ts';
 import { requestScheme, type TrustedProxies } from '../router/forwarded.ts';
-
-/** Strict CSP: only this origin's script and style files, no inline code, no framing. */
-export const CONTENT_SECURITY_POLICY =
-  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-const SECURITY_HEADERS: Record<string, string> = {
-  'content-security-policy': CONTENT_SECURITY_POLICY,
-  'x-content-type-options': 'nosniff',
-  'x-frame-options': 'DENY',
-  'referrer-policy': 'no-referrer',
-  'cross-origin-opener-policy': 'same-origin',
-  'cross-origin-resource-policy': 'same-origin',
-};
+import { CONSOLE_SECURITY_HEADERS } from './security-headers.ts';
 
 export const API_PREFIX = '/console/api/';
 
 function withSecurityHeaders(ctx: RequestContext): void {
-  for (const [name, value] of Object.entries(SECURITY_HEADERS)) ctx.res.setHeader(name, value);
+  for (const [name, value] of CONSOLE_SECURITY_HEADERS) ctx.res.setHeader(name, value);
 }
 
 /**

@@ -94,6 +94,29 @@ describe('the console page', () => {
     expect(bare.headers.location).toBe('/console/');
   });
 
+  it('puts its security headers on every console answer, refusals and unknown paths included', async () => {
+    // A browser renders these as well as the page: none may be framed or sniffed, whoever answers.
+    const { cookie } = await signIn(adminKey);
+    const answers = {
+      'no session (the auth gate)': await call('GET', '/console/api/status'),
+      'no CSRF token': await call('POST', '/console/api/principals', { cookie, body: { name: 'never-made' } }),
+      'another site': await request(`${writer.url}/console/session`, {
+        method: 'POST',
+        headers: { ...bearer(adminKey), 'sec-fetch-site': 'cross-site' },
+      }),
+      'an unknown console path': await call('GET', '/console/api/nope', { cookie }),
+      'a method the page does not take': await call('PUT', '/console/'),
+      "the reader's pointer": await request(`${reader.url}/console/`),
+    };
+    for (const [what, res] of Object.entries(answers)) {
+      expect(res.status, what).toBeGreaterThanOrEqual(400);
+      expect(res.headers['content-security-policy'], what).toContain("frame-ancestors 'none'");
+      expect(res.headers['x-frame-options'], what).toBe('DENY');
+      expect(res.headers['referrer-policy'], what).toBe('no-referrer');
+      expect(res.headers['x-content-type-options'], what).toBe('nosniff');
+    }
+  });
+
   it('on a reader answers 404 pointing to the writer', async () => {
     const res = await request(`${reader.url}/console/`);
     expect(res.status).toBe(404);

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { unauthorized } from '../../policy/auth/authenticator.ts';
 import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import { browserSafeChallenge } from '../gates/challenge.ts';
+import { CONSOLE_SECURITY_HEADERS, isConsolePath } from '../console/security-headers.ts';
 import { hasDuplicateAuthorization } from './authorization-header.ts';
 import { GatewayError } from './errors.ts';
 import { sendError, toHttpError } from './http-errors.ts';
@@ -116,6 +117,10 @@ export function createGatewayServer(options: {
       const parsed = parseRequestTarget(target);
       const url = typeof parsed === 'string' ? undefined : parsed;
       const pathname = typeof parsed === 'string' ? parsed : parsed?.pathname;
+      // A console answer is a browser's page even when it is an error (a gate's 401 or 403, a 404):
+      // none may be framed or run anything, so its headers go on before anyone answers.
+      if (pathname !== undefined && isConsolePath(pathname))
+        for (const [name, value] of CONSOLE_SECURITY_HEADERS) res.addEarlyHeader(name, value);
       const exchange = new RequestExchange(exchangeServer, req, res, reqId, clientReqId, url);
       res.exchange = exchange;
       res.on('close', onResponseClose);
