@@ -59,18 +59,27 @@ describe.concurrent('the console idle timeout', () => {
   it('ends a session that is only polled, or sent a wrong token, and keeps one whose requests carry its token', async () => {
     // Before the sign-ins: no session can have idled out sooner than IDLE_MS after this.
     const started = performance.now();
+    // Opened first, so it has idled out by the time the polled one has.
+    const embedded = await signIn();
     const [polled, forged, acting] = await Promise.all([signIn(), signIn(), signIn()]);
     let polledStatus = 200;
     while (polledStatus === 200 && performance.now() - started < 15_000) {
       // A poll reads, but its idle clock keeps running; another session's token counts for nothing.
       polledStatus = (await status(polled.cookie)).status;
       await status(forged.cookie, acting.csrf);
+      // Another page of the same site (SameSite=Strict sends the cookie along) loading the resume
+      // as an image or a frame is no page load of the console's: it keeps nothing open either.
+      for (const site of ['same-site', 'cross-site'])
+        await request(`${gw.url}/console/session`, {
+          headers: { cookie: embedded.cookie, 'sec-fetch-site': site, 'sec-fetch-dest': 'image' },
+        });
       expect((await status(acting.cookie, acting.csrf)).status).toBe(200);
       await pause(ACT_EVERY_MS);
     }
     expect(polledStatus).toBe(401);
     expect(performance.now() - started).toBeGreaterThanOrEqual(IDLE_MS);
     expect((await status(forged.cookie)).status).toBe(401);
+    expect((await status(embedded.cookie)).status).toBe(401);
     // The one that acted all along is still signed in, well past the idle timeout.
     expect((await status(acting.cookie)).status).toBe(200);
     // Its resume after a reload says so too; the ended one's says it is signed out.

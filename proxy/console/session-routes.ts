@@ -65,7 +65,7 @@ export function sessionRoutes(deps: {
           // Disabled (and enabled again) since it was opened: the session stays void (docs/auth.md).
           if (disabledSince(session, principal.disabledAtMs)) throw new PolicyError('unauthorized');
           // A page load is an operator's: it restarts the idle clock (the page's polls do not).
-          await sessions.touch(session.id);
+          if (isOwnPageLoad(ctx)) await sessions.touch(session.id);
         } catch (err) {
           if ((err as { code?: unknown }).code !== 'unauthorized') throw err;
           await sessions.delete(session.id);
@@ -84,4 +84,16 @@ export function sessionRoutes(deps: {
         .end();
     }),
   ];
+}
+
+/**
+ * Whether a resume is the console page's own (its `fetch` is same-origin) or a client outside
+ * browsers (no Fetch Metadata). A page of another origin on the same site gets the SameSite=Strict
+ * cookie sent along when it loads `/console/session` as an image or a frame; it cannot read the
+ * answer, but counting its loads as page loads let it hold an unattended console open for the whole
+ * absolute lifetime.
+ */
+function isOwnPageLoad(ctx: RequestContext): boolean {
+  const site = ctx.req.headers['sec-fetch-site'];
+  return site === undefined || site === 'same-origin';
 }
