@@ -81,6 +81,10 @@ describe('the console page', () => {
     expect(html).not.toMatch(/<script(?![^>]*\bsrc=)[^>]*>/);
     expect(html).not.toMatch(/\son[a-z]+=/i);
     expect(html).not.toMatch(/style=/);
+    // The key field has no name: a form submitted before the script took it over (or where a browser
+    // does not enforce form-action) sends no field without one, so the key can never land in a URL.
+    expect(html).toMatch(/<input[^>]*\bid="admin-key"/);
+    expect(html).not.toMatch(/<input(?=[^>]*\bid="admin-key")[^>]*\bname=/);
     const js = await request(`${writer.url}/console/static/console.js`);
     expect(js.status).toBe(200);
     expect(js.headers['content-type']).toMatch(/^text\/javascript/);
