@@ -236,10 +236,25 @@ export class Link {
         this.#answering.get(message.id)?.abort(new PolicyError('unavailable'));
         return;
       case 'note':
-        this.#handlers.get(message.op)?.(message.args, new AbortController().signal);
+        this.#tell(message.op, message.args);
         return;
       case 'call':
         this.#answer(message.id, message.op, message.args);
+    }
+  }
+
+  /**
+   * Runs a note's handler. Nobody waits for its outcome, so a failure (a malformed note, already
+   * reported by the handler's own checks; a call's op sent as a note) ends here: thrown, it would
+   * leave the channel's message event and take this process down, the other side's messages of the
+   * same write unread; rejected, it would be an unhandled rejection, which ends the process too.
+   */
+  #tell(op: string, args: unknown): void {
+    try {
+      const outcome = this.#handlers.get(op)?.(args, new AbortController().signal);
+      if (outcome instanceof Promise) outcome.catch(() => {});
+    } catch {
+      // See above: the note changed nothing.
     }
   }
 

@@ -152,6 +152,36 @@ describe("PolicyHost and a worker's malformed calls", () => {
     );
   });
 
+  it('survives a malformed release note and a call op sent as a note, and handles the rest of the batch', async () => {
+    // A note has nobody to answer: a handler that throws, or whose promise fails, must neither
+    // escape the channel's message event (taking the coordinating process and every worker down)
+    // nor cost the messages written with it.
+    const { admission, policy, channel, warned } = host();
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown) => rejections.push(reason);
+    process.on('unhandledRejection', onRejection);
+    try {
+      expect(() =>
+        channel.emit('message', {
+          arkvory: 'batch',
+          messages: [
+            { arkvory: 'note', op: 'release', args: 'not an id' },
+            { arkvory: 'note', op: 'admit', args: { principalId: 'p', kind: 'sideways' } },
+            { arkvory: 'call', id: 1, op: 'admit', args: { principalId: 'p', kind: 'download' } },
+          ],
+        }),
+      ).not.toThrow();
+      await settle();
+    } finally {
+      process.off('unhandledRejection', onRejection);
+    }
+    expect(rejections).toEqual([]);
+    expect(channel.sent).toEqual([{ arkvory: 'answer', id: 1, value: expect.any(Number) }]);
+    expect(policy.heldSlots).toBe(1);
+    expect(admission.snapshot().downloads.active).toBe(1);
+    expect(warned).toEqual([expect.objectContaining({ op: 'release' }), expect.objectContaining({ op: 'admit' })]);
+  });
+
   it('refuses a rate-limit count of NaN, leaving the counter as it was', async () => {
     const { counters, channel } = host();
     const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
