@@ -10,7 +10,7 @@ import { createStorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { createContentCaches } from './caches.ts';
 import type { Route } from '../server/route-types.ts';
-import { gatewayStaging, openStore, rotatedConfig } from './storage.ts';
+import { gatewayStaging, openStore, removeRetiredStaging, rotatedConfig } from './storage.ts';
 import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
@@ -42,14 +42,29 @@ export async function openContentModule(
 ): Promise<{ routes: Route[]; store: ArtifactStore }> {
   const { config } = services;
   const caches = createContentCaches(services);
+  const ownStaging = config.role === 'reader' ? undefined : gatewayStaging(config, services.instance?.index);
   const opened = await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
     openFiles: caches.openFiles,
     current: rotatedConfig(services),
     keepTmp: services.instance?.joinsServing,
     // Each writer process stages in a directory of its own, which its replacement empties: a killed
     // process's staged uploads go when it is replaced, not at an offline gc.
-    ownStaging: gatewayStaging(config, services.instance?.index),
+    ownStaging,
   });
+  // The first process of a start also empties the indexes no process of it runs (fewer workers
+  // than before). Housekeeping: a store that fails it now still serves, and gc removes them later.
+  if (opened.kind !== 'fs' && ownStaging !== undefined && !services.instance?.joinsServing)
+    await removeRetiredStaging(opened.tree, ownStaging).then(
+      (removed) => {
+        if (removed.length > 0)
+          services.log.info({ removed }, 'removed the staging directories of worker indexes this start does not run');
+      },
+      (err: unknown) =>
+        services.log.warn(
+          { err: { message: (err as Error).message } },
+          'could not remove the staging directories of worker indexes this start does not run; offline gc will',
+        ),
+    );
   // Store health: probed on its own period and fed by the store calls (inside the small-blob cache,
   // so a blob held in memory is served whatever the store's state).
   const intervalMs = config.storage.probeIntervalMs;

@@ -61,5 +61,22 @@ describe.each(Object.keys(STAGING_BACKINGS) as Array<keyof typeof STAGING_BACKIN
         await killed.stop('SIGKILL');
       }
     });
+
+    it('removes what workers of an earlier start left that no process of its start stages for (fewer workers now)', async () => {
+      // An instance of four workers killed mid-upload, started again as one process: indexes 1..3
+      // have no process any more to empty theirs when it opens the store.
+      await backing.leave('gateway-worker-3', 'a');
+      await backing.leave('gateway-worker-12', 'b');
+      await backing.leave('worker', 'the-completion-workers');
+      await backing.beginUpload?.('gateway-worker-2', 'c');
+      const gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ...backing.env } });
+      try {
+        // The separate completion worker's staging (tmp/worker/) is its own, and stays.
+        expect(await backing.staged()).toEqual([expect.stringContaining('the-completion-workers')]);
+        if (backing.openUploads) expect(await backing.openUploads()).toEqual([]);
+      } finally {
+        expect(await gateway.stop()).toBe(0);
+      }
+    });
   },
 );

@@ -6,7 +6,8 @@
 import type pg from 'pg';
 import { instanceWorkerStaging, openFsStore, type OpenFileCache } from '../../storage-adapter/fs/index.ts';
 import type { StorageRole } from '../../storage-adapter/identity.ts';
-import type { OpenedArtifactStore } from '../../storage-adapter/store.ts';
+import { TMP_DIR } from '../../storage-adapter/paths.ts';
+import type { OpenedArtifactStore, StoreTree } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
 import type { SecretVerifier } from '../config/secret-rotation.ts';
 
@@ -53,9 +54,10 @@ export async function openStore(
  * holds it and this start is refused until it exited. A worker of an instance (ARKVORY_WORKERS):
  * its index's, given to a new process only once that index's previous one exited, so no other live
  * worker's is touched. A single process on the static-HTTP or S3 store: worker 0's (one process is
- * an instance of one worker, whichever the next writer is). Not tmp/ as a whole there: that needs a
- * listing, and a separate completion worker (ARKVORY_ROLE=worker) may be staging an assembly in
- * tmp/worker/ meanwhile (its own, emptied by the worker that takes the worker lock).
+ * an instance of one worker, whichever the next writer is). Not tmp/ as a whole there: a separate
+ * completion worker (ARKVORY_ROLE=worker) may be staging an assembly in tmp/worker/ meanwhile (its
+ * own, emptied by the worker that takes the worker lock); the other indexes' directories are the
+ * first process's of a start to remove (`removeRetiredStaging`).
  * A single process on the directory store stages in tmp/ itself and empties it whole at open, its
  * completion worker staging apart in tmp/worker/ (fs-store.ts): undefined. A writer whose database
  * session ended while it still runs (fenced) lost the barrier too: an upload it had staged and not
@@ -66,6 +68,33 @@ export function gatewayStaging(config: Config, instanceIndex: number | undefined
   if (instanceIndex !== undefined) return instanceWorkerStaging(instanceIndex);
   const { url, s3 } = config.storage;
   return url !== undefined || s3 !== undefined ? instanceWorkerStaging(0) : undefined;
+}
+
+/** A gateway worker's staging directory under tmp/ (`instanceWorkerStaging`), by its name. */
+const WORKER_STAGING = /^gateway-worker-\d+$/;
+
+/**
+ * Removes the staging directories of a remote store (static-HTTP, S3) that no process of this start
+ * will stage in, and on S3 aborts the multipart uploads begun under them: `own`'s is emptied by the
+ * store's open, and each other worker of the start empties its own, but an earlier start with more
+ * workers (four, now one or two) left indexes nobody empties, whose uploads killed mid-way would
+ * stay (and, begun on S3, be billed) until an offline gc. Called by the first process of a start
+ * only (a single process, or an instance's worker 0, before the others fork): the writer barrier
+ * and the writer workers' barrier it holds mean no other gateway process stages on the store now,
+ * and the separate completion worker's tmp/worker/ is not such a name. The directory store needs
+ * none of this: its first process empties tmp/ whole (fs-store.ts).
+ */
+export async function removeRetiredStaging(tree: StoreTree, own: string): Promise<string[]> {
+  const retired = (await tree.list(TMP_DIR))
+    .filter((entry) => entry.isDirectory && WORKER_STAGING.test(entry.name) && entry.name !== own)
+    .map((entry) => `${TMP_DIR}/${entry.name}`);
+  // An upload begun and never completed is no listed object: looked for under any such name.
+  for (const upload of (await tree.incompleteUploads?.()) ?? []) {
+    const [tmp, dir] = upload.name.split('/');
+    if (tmp === TMP_DIR && dir !== undefined && WORKER_STAGING.test(dir) && dir !== own) await upload.abort();
+  }
+  for (const dir of retired) await tree.remove(dir);
+  return retired;
 }
 
 /**
