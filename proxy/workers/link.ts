@@ -268,6 +268,17 @@ export class Link {
       });
       return;
     }
+    // Ids are the caller's and never reused while answered: a second call under one would take the
+    // first's cancel (and the first's answer would drop the second's), so what the second waits for
+    // (an admission) could no longer be cancelled when its caller is gone, and be granted to nobody.
+    if (this.#answering.has(id)) {
+      this.#send({
+        arkvory: 'failure',
+        id,
+        error: { code: undefined, message: `call id ${id} is already being answered`, headers: undefined },
+      });
+      return;
+    }
     const controller = new AbortController();
     this.#answering.set(id, controller);
     let outcome: Promise<unknown>;

@@ -106,8 +106,9 @@ describe("PolicyHost and a worker's malformed calls", () => {
     const warned: object[] = [];
     const policy = new PolicyHost({ admission, governors, lease, counters, log: { warn: (f) => warned.push(f) } });
     const channel = new FakeChannel();
-    policy.attach(new Link(channel));
-    return { admission, counters, policy, channel, warned };
+    const link = new Link(channel);
+    policy.attach(link);
+    return { admission, counters, policy, channel, link, warned };
   }
 
   const failed = (id: number) => ({
@@ -180,6 +181,26 @@ describe("PolicyHost and a worker's malformed calls", () => {
     expect(policy.heldSlots).toBe(1);
     expect(admission.snapshot().downloads.active).toBe(1);
     expect(warned).toEqual([expect.objectContaining({ op: 'release' }), expect.objectContaining({ op: 'admit' })]);
+  });
+
+  it('refuses a call whose id is still being answered, so a gone worker leaves no admission behind', async () => {
+    // The second admit, waiting behind the first under the same id, was no longer cancelled when its
+    // worker went (the first's answer had dropped the id's cancel), and the slot it was granted then
+    // stayed counted with nobody to release it.
+    const { admission, policy, channel, link } = host();
+    const args = { principalId: 'p', kind: 'download' };
+    channel.emit('message', {
+      arkvory: 'batch',
+      messages: [
+        { arkvory: 'call', id: 1, op: 'admit', args },
+        { arkvory: 'call', id: 1, op: 'admit', args },
+      ],
+    });
+    await settle();
+    policy.detach(link);
+    await settle();
+    expect(admission.snapshot().downloads).toMatchObject({ active: 0, queued: 0 });
+    expect(policy.heldSlots).toBe(0);
   });
 
   it('refuses a rate-limit count of NaN, leaving the counter as it was', async () => {
