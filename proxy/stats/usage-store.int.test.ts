@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
-import { addUsage } from './usage-store.ts';
+import { addUsage, beginFlush, transactionStatuses, type UsageConnection } from './usage-store.ts';
 import type { UsageBatch } from './usage-tally.ts';
 
 let db: TestDatabase & { drop(): Promise<void> };
@@ -108,5 +108,43 @@ describe('addUsage', () => {
       other,
     ]);
     expect(day.rows).toEqual([{ requests: 20 }]);
+  });
+});
+
+describe('transactionStatuses', () => {
+  // A flush whose COMMIT went unanswered asks each later flush what became of it. After a failover
+  // to a replica the commit never reached, or a restore, the server's counter is behind that id:
+  // pg_xact_status refused it ("is in the future"), so every flush failed from then on and the
+  // usage of every principal was dropped once the backlog filled, until a restart.
+  it('answers aborted for an id this server never gave, and still knows its own', async () => {
+    const client = (await db.pool.connect()) as unknown as UsageConnection & { release(): void };
+    try {
+      const committed = await beginFlush(client);
+      await client.query('COMMIT');
+      const aborted = await beginFlush(client);
+      await client.query('ROLLBACK');
+      const future = String(BigInt(committed) + 1_000_000_000n);
+      const outcomes = await transactionStatuses(client, [committed, aborted, future]);
+      expect(Object.fromEntries(outcomes)).toEqual({
+        [committed]: 'committed',
+        [aborted]: 'aborted',
+        [future]: 'aborted',
+      });
+    } finally {
+      client.release();
+    }
+  });
+
+  it('says in progress of a transaction still open, though it is the newest the server gave', async () => {
+    const open = (await db.pool.connect()) as unknown as UsageConnection & { release(): void };
+    const asking = (await db.pool.connect()) as unknown as UsageConnection & { release(): void };
+    try {
+      const xid = await beginFlush(open);
+      expect(Object.fromEntries(await transactionStatuses(asking, [xid]))).toEqual({ [xid]: 'in progress' });
+      await open.query('ROLLBACK');
+    } finally {
+      open.release();
+      asking.release();
+    }
   });
 });

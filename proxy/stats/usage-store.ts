@@ -74,15 +74,24 @@ export async function beginFlush(conn: UsageConnection): Promise<string> {
 
 /**
  * What became of each transaction of `xids`: committed, aborted, still in progress, or null once the
- * server no longer knows (it is older than its commit log keeps).
+ * server no longer knows (it is older than its commit log keeps). An id at or past the next one this
+ * server gives (its own, asked for here, is that) was never given by it: a failover to a replica the
+ * commit did not reach, or a restore, set its counter back. That transaction did not happen here, so
+ * it is aborted; pg_xact_status would refuse it ("is in the future"), and each later flush with it.
  */
 export async function transactionStatuses(
   conn: UsageConnection,
   xids: readonly string[],
 ): Promise<Map<string, 'committed' | 'aborted' | 'in progress' | null>> {
-  const { rows } = await conn.query('SELECT x AS xid, pg_xact_status(x::xid8) AS status FROM unnest($1::text[]) AS x', [
-    xids,
-  ]);
+  // CASE evaluates pg_xact_status only for the ids the server gave; pg_current_xact_id() is one
+  // past every id given before this statement (a snapshot's xmax may not be: it stops at the
+  // oldest still running, so an open transaction would read as never given).
+  const { rows } = await conn.query(
+    `SELECT x AS xid,
+            CASE WHEN x::xid8 >= pg_current_xact_id() THEN 'aborted' ELSE pg_xact_status(x::xid8) END AS status
+       FROM unnest($1::text[]) AS x`,
+    [xids],
+  );
   return new Map(
     rows.map((r) => [r.xid as string, (r.status as 'committed' | 'aborted' | 'in progress' | null) ?? null]),
   );
