@@ -496,6 +496,7 @@ export class AdminStore {
   async setGroup(
     name: string,
     ceilings: { downloadBytesPerSec?: number; uploadBytesPerSec?: number },
+    written?: () => void,
   ): Promise<GroupRow> {
     checkGroupName(name);
     const down = ceilingRate(ceilings.downloadBytesPerSec, 'downloadBytesPerSec');
@@ -508,6 +509,7 @@ export class AdminStore {
          upload_bytes_per_second = coalesce($3::bigint, arkvory_principal_groups.upload_bytes_per_second)`,
       [name, down ?? null, up ?? null],
     );
+    written?.();
     return this.findGroup(name);
   }
 
@@ -545,8 +547,12 @@ export class AdminStore {
     if (!r.rowCount) throw new PolicyError('not_found', `no group ${quoted(name)}`);
   }
 
-  /** Puts a principal in a group (again: no change); a principal may be in several groups. */
-  async addGroupMember(group: string, principalRef: string): Promise<GroupRow> {
+  /**
+   * Puts a principal in a group (again: no change); a principal may be in several groups. `written`
+   * (here and in setGroup, removeGroupMember) is called once the change is made, before the group is
+   * read back for the answer: a read that fails then leaves the change made.
+   */
+  async addGroupMember(group: string, principalRef: string, written?: () => void): Promise<GroupRow> {
     await this.findGroup(group);
     const p = await this.findPrincipal(principalRef);
     try {
@@ -559,16 +565,18 @@ export class AdminStore {
       if ((err as { code?: string }).code === '23503') throw new PolicyError('not_found', `no group ${quoted(group)}`);
       throw err;
     }
+    written?.();
     return this.findGroup(group);
   }
 
-  async removeGroupMember(group: string, principalRef: string): Promise<GroupRow> {
+  async removeGroupMember(group: string, principalRef: string, written?: () => void): Promise<GroupRow> {
     await this.findGroup(group);
     const p = await this.findPrincipal(principalRef);
     await this.#pool.query('DELETE FROM arkvory_principal_group_members WHERE group_name = $1 AND principal_id = $2', [
       group,
       p.id,
     ]);
+    written?.();
     return this.findGroup(group);
   }
 

@@ -38,6 +38,16 @@ export function ceilingAdminRoutes(services: Services): Route[] {
     ctx.auditDetails = { ...row };
     sendJson(ctx.res, 200, row);
   };
+  /**
+   * Marks the action taken once the store made the change (before it reads the group back): a read
+   * that fails then still records it, with what was asked as its details when the group is unread.
+   */
+  const taken =
+    (ctx: RequestContext, asked: Record<string, unknown> = {}) =>
+    () => {
+      ctx.actionTaken = true;
+      ctx.auditDetails = asked;
+    };
   return [
     {
       methods: ['GET'],
@@ -62,7 +72,7 @@ export function ceilingAdminRoutes(services: Services): Route[] {
       audit: 'group.set',
       async handle(ctx) {
         const ceilings = ceilingsOf(await readJsonBody(ctx.req, 4096), GROUP_FIELDS);
-        group(ctx, await store.setGroup(ctx.params.group!, ceilings));
+        group(ctx, await store.setGroup(ctx.params.group!, ceilings, taken(ctx, { ...ceilings })));
       },
     },
     {
@@ -81,7 +91,7 @@ export function ceilingAdminRoutes(services: Services): Route[] {
       access: 'admin',
       audit: 'group.add_member',
       async handle(ctx) {
-        group(ctx, await store.addGroupMember(ctx.params.group!, ctx.params.principal!));
+        group(ctx, await store.addGroupMember(ctx.params.group!, ctx.params.principal!, taken(ctx)));
       },
     },
     {
@@ -90,7 +100,7 @@ export function ceilingAdminRoutes(services: Services): Route[] {
       access: 'admin',
       audit: 'group.remove_member',
       async handle(ctx) {
-        group(ctx, await store.removeGroupMember(ctx.params.group!, ctx.params.principal!));
+        group(ctx, await store.removeGroupMember(ctx.params.group!, ctx.params.principal!, taken(ctx)));
       },
     },
     {

@@ -94,6 +94,8 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
             throw new GatewayError('not_found', `No ${scope} ${ctx.params.subject}.`);
           ctx.auditTarget = { scope, subject: id };
           ctx.auditDetails = { limitBytes };
+          // Set: the usage read for the answer may still fail, and the change stands.
+          ctx.actionTaken = true;
           sendJson(ctx.res, 200, quotaBody(await usage(scope, id, ctx)));
         },
       },

@@ -233,6 +233,9 @@ async function runRoute(
     // Once the action succeeded; the sink never throws (its failure is logged, the answer stands).
     if (route.audit && audit && ctx.res.statusCode < 400) await audit(ctx, route.audit);
   } catch (err) {
+    // The change was made before the failure (a read back for the answer): it is recorded all the
+    // same, before the error answer ends (the sink never throws).
+    if (route.audit && audit && ctx.actionTaken) await audit(ctx, route.audit);
     if (clientIsGone(ctx)) {
       // The client left (or was cut for idling): its doing, not a fault of ours.
       const fields = { code: 'client_aborted', reason: (err as Error | undefined)?.message };

@@ -57,6 +57,7 @@ export class RequestExchange implements RequestContext {
   linkSha256: string | undefined = undefined;
   auditDetails: Record<string, unknown> | undefined = undefined;
   auditTarget: Record<string, unknown> | undefined = undefined;
+  actionTaken: boolean | undefined = undefined;
   /** Set by the server when tracing is on; ended with the response. */
   trace: RequestTrace | undefined = undefined;
   readonly #server: ExchangeServer;

@@ -45,6 +45,11 @@ export interface RequestContext {
    */
   auditTarget?: Record<string, unknown> | undefined;
   /**
+   * Set by an audited route once its change is made: a failure after it (a read back for the
+   * answer) is answered as usual, and the action is recorded all the same, since it took effect.
+   */
+  actionTaken?: boolean | undefined;
+  /**
    * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
    * request (auth, size, admission) passed and the body is about to be read. Idempotent.
    */
