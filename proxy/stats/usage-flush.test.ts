@@ -132,6 +132,25 @@ describe('a flush whose COMMIT went unanswered', () => {
     await recorder.stop();
   });
 
+  // Only an ERROR answer says the COMMIT rolled back. A PANIC (or FATAL) ends the session or the
+  // server, perhaps after the commit record reached the WAL, which recovery replays. Taken as a
+  // rollback, the batch was sent again: counted twice.
+  it('is not sent again when the COMMIT answered PANIC after its record was written', async () => {
+    const { timers, db, recorder, download } = setup();
+    db.mode = 'panicAfterCommit';
+    for (let i = 0; i < 3; i++) download();
+    await timers.advance(FLUSH_MS);
+    expect(recorder.status.flushFailures.failed).toBe(1);
+    expect(db.committed).toMatchObject({ downloads: 3, requests: 3 });
+    db.mode = 'ok';
+    db.xactStatus = 'committed';
+    download();
+    await timers.advance(FLUSH_MS);
+    expect(db.committed).toMatchObject({ downloads: 4, requests: 4 });
+    expect(recorder.status.pendingRows).toBe(0);
+    await recorder.stop();
+  });
+
   it('is held while its transaction is still in progress, and what comes meanwhile is sent', async () => {
     const { timers, db, recorder, download } = setup();
     db.mode = 'hangCommit';

@@ -75,8 +75,8 @@ const rowsOf = (batch: UsageBatch) => batch.artifacts.length + batch.principalDa
 /**
  * At most one flush runs at a time, within its timeout; what is counted meanwhile waits in the
  * bounded tally for the next one. A flush is one transaction: one that failed or timed out before
- * its COMMIT was sent cannot have been committed, so its batch goes back into the tally; one whose
- * COMMIT went unanswered is in doubt, kept aside with its transaction id, and each later flush
+ * its COMMIT was sent (or whose COMMIT was answered ERROR) was not committed, so its batch goes back
+ * into the tally; one whose COMMIT went unanswered (or was answered FATAL or PANIC) is in doubt, kept aside with its transaction id, and each later flush
  * first asks the database what became of it (committed: done; aborted: back into the tally; still
  * in progress: asked again next time, while newer counts go on being sent), so a retry never counts
  * a batch twice.
@@ -169,8 +169,11 @@ export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
       if (timedOut) flushFailures.timeout++;
       else flushFailures.failed++;
       sending = undefined;
-      // The server's error answer to COMMIT says it rolled back; no answer leaves it unknown.
-      const doubtful = batch !== undefined && commitSent && !(err instanceof pg.DatabaseError);
+      // The server's ERROR answer to COMMIT says it rolled back. No answer leaves it unknown, and so
+      // does a FATAL or PANIC one: it ends the session or the server, maybe after the commit record
+      // reached the WAL (recovery replays it), so the database is asked later, as for a lost answer.
+      const doubtful =
+        batch !== undefined && commitSent && !(err instanceof pg.DatabaseError && err.severity === 'ERROR');
       if (doubtful) doubts.push({ xid, batch: batch! });
       reserve();
       if (batch && !doubtful) tally.restore(batch);

@@ -3,9 +3,15 @@
  * statements as PostgreSQL would, or never (`hang`, `hangCommit`), or refuses the connection, and
  * sums what was committed, so a test reads what reached the "database" and how often.
  */
+import pg from 'pg';
 import type { UsageConnection } from '../../proxy/stats/usage-store.ts';
 
-export type FakeMode = 'ok' | 'hang' | 'hangCommit' | 'refuse';
+/**
+ * `panicAfterCommit`: the COMMIT's record reaches the WAL, then the server fails in the critical
+ * section that follows (it cannot update its commit log) and answers PANIC before it restarts;
+ * crash recovery replays the record, so the transaction is committed all the same.
+ */
+export type FakeMode = 'ok' | 'hang' | 'hangCommit' | 'refuse' | 'panicAfterCommit';
 
 export class FakeUsageDb {
   mode: FakeMode = 'ok';
@@ -44,6 +50,11 @@ export class FakeUsageDb {
             return never;
           }
           if (insert) this.#apply(insert);
+          if (this.mode === 'panicAfterCommit')
+            throw Object.assign(new pg.DatabaseError('could not access status of transaction 812', 0, 'error'), {
+              severity: 'PANIC',
+              code: '58P01',
+            });
         }
         return { rows: [] };
       },
