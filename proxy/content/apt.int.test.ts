@@ -17,6 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../../test/support/content.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { APT_TEMPLATE } from './paths.ts';
@@ -183,6 +184,18 @@ function aptRequests(status?: number) {
     .filter((l) => l.msg === 'request' && l.route === APT_TEMPLATE && (status === undefined || l.status === status));
 }
 
+/**
+ * Request lines cross the gateway's stdout pipe after the answers they log, so apt may be done
+ * before they are in: waits (bounded) until there are at least `count` with `status`.
+ */
+async function aptRequestsReach(status: number, count: number): Promise<void> {
+  await waitUntil(() => aptRequests(status).length >= count, {
+    what: `${count} request lines of the apt route with status ${status}`,
+    timeoutMs: 10_000,
+    process: gw,
+  });
+}
+
 describe('apt with a flat repository on the apt route', () => {
   it('dpkg-scanpackages wrote a Filename relative to the repository base', () => {
     expect(packagesFile).toContain(`Filename: ./${DEB}`);
@@ -208,16 +221,16 @@ describe('apt with a flat repository on the apt route', () => {
     expect(got.equals(deb)).toBe(true);
 
     // Served by the apt route (Release, Packages, the .deb), and InRelease is an honest 404.
-    expect(aptRequests(200).length - before).toBeGreaterThanOrEqual(3);
-    expect(aptRequests(404).length).toBeGreaterThanOrEqual(1);
-    // The key reached no log line.
+    await aptRequestsReach(200, before + 3);
+    await aptRequestsReach(404, 1);
+    // The key reached no log line (those of these requests are in, waited for above).
     expect(gw.logs()).not.toContain(reader.key.slice(`ark_${reader.keyId}_`.length));
 
     // A second update sends the conditionals apt keeps (If-Modified-Since): nothing changed.
     const again = await apt.aptGet(['update']);
     expect(again.code, again.stdout + again.stderr).toBe(0);
     expect(again.stdout).toMatch(/Hit:\d+ http:\/\/127\.0\.0\.1:\d+\S+ \.\/ Release/);
-    expect(aptRequests(304).length).toBeGreaterThanOrEqual(1);
+    await aptRequestsReach(304, 1);
   });
 
   it('fails with 401 without credentials, and with a wrong key', async () => {
@@ -240,7 +253,7 @@ describe('apt with a flat repository on the apt route', () => {
     expect(r2.code).not.toBe(0);
     expect(r2.stdout + r2.stderr).toMatch(new RegExp(`${DEB.replace(/\./g, '\\.')}\\s+401\\s+Unauthorized`));
     expect(await readdir(wrong.downloadDir)).toEqual([]);
-    expect(aptRequests(401).length - before).toBeGreaterThanOrEqual(2);
+    await aptRequestsReach(401, before + 2);
   });
 });
 
