@@ -162,6 +162,9 @@ describe('router: requests it cannot forward', () => {
 
   it('2,000 duplicate-Host requests: all 400, all counted, the log grows by a bounded number of lines', async () => {
     const N = 2000;
+    // Every line of the earlier tests in first (they may still be crossing the router's stdout
+    // pipe): the window below then holds this flood's lines alone.
+    await markLog('before-flood');
     const counted = (await faultCounts()).duplicate_host ?? 0;
     const before = proxied;
     const linesBefore = router.logLines().length;
@@ -184,8 +187,7 @@ describe('router: requests it cannot forward', () => {
       .logLines()
       .slice(linesBefore)
       .filter((l) => l.clientReqId !== 'after-flood');
-    // A line of an earlier test (another kind) may still land in this window: only this flood's
-    // lines are bounded here, and every line in it is a client fault's.
+    // Only this flood's lines are bounded here, and every line in the window is a client fault's.
     const lines = written.filter((l) => l.kind === 'duplicate_host');
     expect(lines.length).toBeGreaterThan(0);
     expect(lines.length).toBeLessThanOrEqual(FAULT_LOG_LINES_PER_INTERVAL);
@@ -244,6 +246,9 @@ describe('router: requests it cannot forward', () => {
   });
 
   it('an upload its client aborts mid-body was forwarded: not counted nor logged as a client fault', async () => {
+    // The line of an earlier test's fault (the malformed head just above) may still be crossing
+    // the router's stdout pipe: once a marked request's line is in, so is every earlier one.
+    await markLog(`before-aborted-uploads-${Date.now()}`);
     const counted = await faultCounts();
     const faultLines = () => router.logLines().filter((l) => l.msg === 'client fault: request not forwarded').length;
     const lines = faultLines();
