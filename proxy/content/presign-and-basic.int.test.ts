@@ -20,6 +20,7 @@ import { contentDigest, randomContent, request, sha256 } from '../../test/suppor
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { offlineSdist } from '../../test/support/python-sdist.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const CHALLENGE = 'Bearer realm="arkvory", Basic realm="arkvory"';
@@ -111,9 +112,11 @@ describe('Basic credentials', () => {
     const basic = (user: string, key: string) => ({
       authorization: `Basic ${Buffer.from(`${user}:${key}`).toString('base64')}`,
     });
-    const viaBearer = await request(`${gw.url}${target}`, { headers: bearer(owner.key) });
+    // Each with an id of its own: their request lines are waited for below.
+    const marked = (id: string) => ({ 'x-request-id': `basic-like-bearer-${id}` });
+    const viaBearer = await request(`${gw.url}${target}`, { headers: { ...bearer(owner.key), ...marked('bearer') } });
     for (const user of ['ci-bot', 'anything']) {
-      const viaBasic = await request(`${gw.url}${target}`, { headers: basic(user, owner.key) });
+      const viaBasic = await request(`${gw.url}${target}`, { headers: { ...basic(user, owner.key), ...marked(user) } });
       expect(viaBasic.status).toBe(200);
       expect(viaBasic.body.equals(viaBearer.body)).toBe(true);
     }
@@ -131,6 +134,13 @@ describe('Basic credentials', () => {
       expect(r.headers['www-authenticate']).toBe(CHALLENGE);
       expect(JSON.parse(r.body.toString())).toEqual(UNAUTHORIZED);
     }
+    // Request lines cross the gateway's stdout pipe after the answers: these three are waited for.
+    const ids = ['bearer', 'ci-bot', 'anything'].map((id) => marked(id)['x-request-id']);
+    await waitUntil(() => ids.every((id) => gw.logLines().some((l) => l.msg === 'request' && l.clientReqId === id)), {
+      what: 'the request lines of the Bearer and Basic requests',
+      timeoutMs: 10_000,
+      process: gw,
+    });
     const principals = gw
       .logLines()
       .filter((l) => l.msg === 'request' && l.status === 200 && l.route === '/api/v1/repositories/:repo/artifacts/:id')
@@ -309,16 +319,23 @@ describe('pre-signed links', () => {
     }
     const put = await request(`${gw.url}${target}${query}`, { method: 'PUT', body: Buffer.from('x') });
     expect(put.status).toBe(401);
-    // Every request the link made is the owner's, like its key's own requests.
-    const linkRequests = gw
-      .logLines()
-      .filter(
-        (l) =>
-          l.msg === 'request' &&
-          l.route === '/api/v1/repositories/:repo/artifacts/:id/content' &&
-          [200, 206, 304].includes(l.status as number),
-      );
-    expect(linkRequests.length).toBeGreaterThanOrEqual(4);
+    // Every request the link made is the owner's, like its key's own requests. Their lines cross the
+    // gateway's stdout pipe after the answers: waited for.
+    const served = () =>
+      gw
+        .logLines()
+        .filter(
+          (l) =>
+            l.msg === 'request' &&
+            l.route === '/api/v1/repositories/:repo/artifacts/:id/content' &&
+            [200, 206, 304].includes(l.status as number),
+        );
+    await waitUntil(() => served().length >= 4, {
+      what: 'the request lines of the link',
+      timeoutMs: 10_000,
+      process: gw,
+    });
+    const linkRequests = served();
     expect(new Set(linkRequests.map((l) => l.principal))).toEqual(new Set([owner.principalId]));
     expect(gw.logs()).not.toContain(link.path.slice(link.path.indexOf('X-Arkvory-Signature=') + 20));
   });
