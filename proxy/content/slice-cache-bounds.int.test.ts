@@ -19,7 +19,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { runProcess, samplePeak, waitForSliceFills } from '../../test/harness/index.ts';
+import { runProcess, samplePeak, waitForSliceFills, waitUntil } from '../../test/harness/index.ts';
 import { HOLDER_FILE, LOCK_FILE, PURGE_MARK_FILE, WORKERS_LOCK_FILE } from '../../storage-adapter/slice-cache/index.ts';
 
 const MiB = 1024 * 1024;
@@ -123,8 +123,13 @@ describe('slice cache with real clients and under its bounds (seaweedfs)', () =>
     const halfWarm = await aria('half-warm.bin');
     expect(halfWarm.code, halfWarm.stderr).toBe(0);
     expect(sha256(await readFile(path.join(out, 'half-warm.bin')))).toBe(sha256(first));
-    const ranged = gw.logLines().filter((l) => l.msg === 'request' && l.status === 206 && l.method === 'GET');
-    expect(ranged.length).toBeGreaterThanOrEqual(8 + 6);
+    // Their request lines cross the gateway's stdout pipe after the answers: waited for.
+    const ranged = () => gw.logLines().filter((l) => l.msg === 'request' && l.status === 206 && l.method === 'GET');
+    await waitUntil(() => ranged().length >= 8 + 6, {
+      what: '8 + 6 ranged request lines',
+      timeoutMs: 10_000,
+      process: gw,
+    });
     const warm = await aria('warm.bin');
     expect(warm.code, warm.stderr).toBe(0);
     expect(sha256(await readFile(path.join(out, 'warm.bin')))).toBe(sha256(first));

@@ -9,7 +9,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
-import { roomInWindow } from '../../test/harness/index.ts';
+import { roomInWindow, waitUntil } from '../../test/harness/index.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 
 const db = useTestDatabase();
@@ -101,7 +101,10 @@ describe('repeated authentication failures (shipped auth_failure default)', () =
       expect(retryAfter).toBeLessThanOrEqual(900);
       expect(banned.headers.get('ratelimit-policy')).toBe('"ban_ip_after_auth_failures";q=20;w=60');
     }
-    const bans = gw.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    const banLines = () => gw.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    // The line crosses the gateway's stdout pipe after the answers: waited for.
+    await waitUntil(() => banLines().length > 0, { what: 'the ban line', timeoutMs: 10_000, process: gw });
+    const bans = banLines();
     expect(bans).toHaveLength(1);
     expect(bans[0]).toMatchObject({
       limiter: 'auth_failure',

@@ -107,6 +107,11 @@ describe('store health of a directory store', () => {
     expect(again.status).toBe(200);
     expect(sha256(again.body)).toBe(sha256(file));
     await waitForState('ok', 5000);
-    expect(gw.logLines().some((l) => l.msg === 'store reachable again')).toBe(true);
+    // Logged with the state change, it crosses the stdout pipe after it: waited for.
+    await waitUntil(() => gw.logLines().some((l) => l.msg === 'store reachable again'), {
+      what: 'the "store reachable again" line',
+      timeoutMs: 10_000,
+      process: gw,
+    });
   });
 });
