@@ -9,7 +9,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
+import { type SharedProfile, sharedProfileEnv, waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLOTS = 2;
@@ -130,11 +130,33 @@ describe('bandwidth weights', () => {
       b: sampledDownload(`${writer.url}${contentPath}`, accounts.b.key, t0),
       c: sampledDownload(`${reader.url}${contentPath}`, accounts.c.key, t0),
     };
-    // The shares settle within a few renewals (2 s each): the reader lowers first, then the writer
-    // takes what the reader no longer holds.
-    const fromMs = 9_000;
-    const toMs = 19_000;
-    await new Promise((resolve) => setTimeout(resolve, toMs + 200));
+    // The shares settle within a few renewals (2 s each; later on a loaded machine): the reader
+    // lowers first, then the writer takes what the reader no longer holds. Each renewal stores the
+    // share its gateway has in use (coordinator.ts), so once both rows hold the weighted shares,
+    // both gateways pace at them: the window starts after that, not after a fixed guess alone.
+    const leases = async () =>
+      (
+        await db.pool.query<{ slot: number; weight_sum: number; held: string }>(
+          'SELECT slot, weight_sum, held_bytes_per_second::text AS held FROM arkvory_gateway_leases ORDER BY slot',
+        )
+      ).rows.map((r) => [r.weight_sum, Number(r.held)]);
+    const weighted = [
+      [4, Math.floor((RATE * 4) / 5)],
+      [1, Math.floor(RATE / 5)],
+    ];
+    await waitUntil(async () => JSON.stringify(await leases()) === JSON.stringify(weighted), {
+      what: 'the leased shares to follow the weights',
+      timeoutMs: 30_000,
+      intervalMs: 100,
+    });
+    // A second past it, for what the earlier shares left in the buckets and socket buffers, and
+    // never sooner than 9 s in, where the split has always been measured from.
+    const fromMs = Math.max(9_000, performance.now() - t0 + 1_000);
+    const toMs = fromMs + 10_000;
+    await new Promise((resolve) => setTimeout(resolve, toMs - (performance.now() - t0) + 200));
+    // And the database holds the weight sums and shares the gateways were granted, read while the
+    // downloads still run (a renewal after they end lowers them).
+    const granted = await leases();
     for (const d of Object.values(downloads)) d.stop();
     const got = Object.fromEntries(
       Object.entries(downloads).map(([p, d]) => [p, d.bytesBy(toMs) - d.bytesBy(fromMs)]),
@@ -153,11 +175,6 @@ describe('bandwidth weights', () => {
     ] as const) {
       expect(Math.abs(shares[p] - want), `${p}: ${JSON.stringify(shares)}`).toBeLessThanOrEqual(0.03);
     }
-    // And the database holds the weight sums and shares the gateways were granted.
-    const { rows } = await db.pool.query<{ slot: number; weight_sum: number; held: string }>(
-      'SELECT slot, weight_sum, held_bytes_per_second::text AS held FROM arkvory_gateway_leases ORDER BY slot',
-    );
-    expect(rows.map((r) => r.weight_sum)).toEqual([4, 1]);
-    expect(rows.map((r) => Number(r.held))).toEqual([Math.floor((RATE * 4) / 5), Math.floor(RATE / 5)]);
+    expect(granted).toEqual(weighted);
   }, 60_000);
 });
