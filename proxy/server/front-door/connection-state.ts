@@ -3,10 +3,11 @@
  * the drain close idle keep-alive connections, the timeouts look at the request in progress.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Http2Session } from 'node:http2';
 import type { Socket } from 'node:net';
 
 export interface ConnectionState {
+  /** The connection's own socket (an HTTP/2 session shows only a proxy of it, which cannot destroy it). */
+  readonly socket: Socket;
   /** Requests in progress on this connection (0 or 1: HTTP/1.1 answers in order). */
   active: number;
   served: number;
@@ -14,8 +15,12 @@ export interface ConnectionState {
   overflow: boolean;
   req: IncomingMessage | undefined;
   res: ServerResponse | undefined;
-  /** The HTTP/2 session on this connection (ALPN `h2`); its requests are streams, `active` counts them. */
-  session: Http2Session | undefined;
+  /**
+   * Closes the HTTP/2 session on this connection (ALPN `h2`) with GOAWAY, cut if it outstays its
+   * last stream (front-door/http2.ts); its requests are streams, `active` counts them. Undefined
+   * on HTTP/1.1.
+   */
+  closeSession: (() => void) | undefined;
   /**
    * Pipelined HTTP/1.1 requests parsed while one was in progress, each started when the one before
    * it closes (`inTurn`); undefined when none waits.
@@ -38,12 +43,13 @@ export class Connections {
   add(socket: Socket): ConnectionState {
     const tracked = socket as TrackedSocket;
     const state: ConnectionState = {
+      socket,
       active: 0,
       served: 0,
       overflow: false,
       req: undefined,
       res: undefined,
-      session: undefined,
+      closeSession: undefined,
       waiting: undefined,
     };
     tracked[STATE] = state;
@@ -128,9 +134,9 @@ export function announcesBody(req: IncomingMessage): boolean {
  * first. An idle HTTP/2 connection gets GOAWAY instead (no stream is open on it).
  */
 export function closeIdle(socket: Socket): void {
-  const session = stateOf(socket)?.session;
-  if (session !== undefined) {
-    if (!session.closed && !session.destroyed) session.close();
+  const closeSession = stateOf(socket)?.closeSession;
+  if (closeSession !== undefined) {
+    closeSession();
     return;
   }
   if (socket.writableLength === 0) {

@@ -26,6 +26,9 @@
  *    `StallWatch`, since node:http2's own timeout of a stream with bytes queued is pushed back by
  *    any frame its session sends;
  *  - the drain sends GOAWAY to every session: open streams finish, no new one starts;
+ *  - a session closed (idle, drain, the connection bound) is cut `SESSION_LINGER_MS` after its last
+ *    stream closed, and a stream the front door reset whose RST_STREAM did not go out within the
+ *    send timeout cuts its connection: a client that stops reading at the TCP level holds nothing;
  *  - sessions, streams, and every GOAWAY and RST_STREAM the front door sends are counted
  *    (`Http2Counters`, the `arkvory_http2_*` metrics).
  * The protocol limits node:http2 enforces itself (concurrent streams, header list size, HPACK table,
@@ -45,7 +48,7 @@ import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-ses
 import { type Held, SEND_BUDGET, SendBudget, type StallPhase, StallWatch } from './http2-send-budget.ts';
 import type { Http2Request, Http2Response } from '../http2-messages.ts';
 import { type Clock, systemClock } from '../../../policy/clock.ts';
-import type { Timers } from '../../../policy/timers.ts';
+import type { TimerHandle, Timers } from '../../../policy/timers.ts';
 
 export { CONTROL_FRAME_BUDGET, RESET_BUDGET } from './http2-session-watch.ts';
 export { SEND_BUDGET } from './http2-send-budget.ts';
@@ -128,11 +131,22 @@ interface SessionFront {
   readonly stalls: StallWatch<ServerHttp2Stream>;
   /** Streams whose handler ran and still open, with their responses: what `budget` measures. */
   readonly answers: Map<ServerHttp2Stream, Http2Response>;
+  /** GOAWAY, and the cut once no stream is open (`SESSION_LINGER_MS`); false when it was closing already. */
+  readonly close: () => boolean;
+  /** Ends the session and its connection at once, pending writes or not. */
+  readonly cut: () => void;
 }
 
 const ABORTED = 'the client reset the stream';
 /** How long a flooding session's GOAWAY may take to leave before the connection is cut. */
 const GOAWAY_LINGER_MS = 250;
+/**
+ * How long a closing session with no stream open may take to flush what it wrote before its
+ * connection is cut: node:http2 ends such a session only once its bytes left, so a client that
+ * stops reading at the TCP level (its window shut) kept an idle, drained or bound-closed session,
+ * and its descriptor, for ever. HTTP/1.1's idle close lingers as long (connection-state.ts).
+ */
+export const SESSION_LINGER_MS = 1000;
 
 /** What this module needs of the server: its sessions. */
 export interface Http2Server {
@@ -206,12 +220,30 @@ export class Http2Front {
   #track(session: Http2Session): void {
     const counts = this.#counts;
     counts.sessions++;
+    const timers = this.#watch.timers;
+    let linger: TimerHandle | undefined;
+    // A closing session whose last stream closed has nothing left but bytes to flush.
+    const cutOnceIdle = () => {
+      if (linger !== undefined || session.destroyed || watch.openStreams > 0) return;
+      linger = timers.setTimeout(cut, SESSION_LINGER_MS);
+    };
+    const close = () => {
+      if (!closeSession(session)) return false;
+      cutOnceIdle();
+      return true;
+    };
     const socket = session.socket;
     const state = socket ? stateOf(socket) : undefined;
-    if (state) state.session = session;
+    if (state) state.closeSession = close;
+    // node:http2's destroy of a session still waits for its pending write, which a client that reads
+    // nothing never lets finish: the connection's own socket is destroyed with it.
+    const cut = () => {
+      session.destroy();
+      state?.socket.destroy();
+    };
     const watch = new SessionWatch(this.#limits, this.#watch, {
       idle: () => {
-        if (closeSession(session)) counts.goaways.idle++;
+        if (close()) counts.goaways.idle++;
       },
       flood: (kind) => this.#flood(session, kind),
     });
@@ -228,7 +260,7 @@ export class Http2Front {
       },
       (stalled, phase) => this.#stalled(stalled, phase),
     );
-    this.#sessions.set(session, { watch, budget, stalls, answers });
+    this.#sessions.set(session, { watch, budget, stalls, answers, close, cut });
     session.on('ping', () => watch.controlFrame('ping'));
     session.on('remoteSettings', () => watch.controlFrame('settings'));
     // One listener per session, not a closure (and a `once` wrapper) per stream: 'close' is emitted once.
@@ -240,6 +272,7 @@ export class Http2Front {
       watch.streamClosed(resetByClient);
       // What it held is let go, sent or not: answers waiting for the budget may go on.
       if (answers.delete(this)) budget.sent();
+      if (session.closed) cutOnceIdle();
     };
     // Streams node:http2 reset itself before they became requests (a header list past its bound,
     // over the concurrency bound) emit nothing: they are the gaps in the client's stream ids, seen
@@ -266,6 +299,7 @@ export class Http2Front {
       this.#log.debug({ code: 'http2_session_error', reason: err.code ?? err.message }, 'HTTP/2 session error');
     });
     session.once('close', () => {
+      if (linger !== undefined) timers.clearTimeout(linger);
       refused.end();
       watch.end();
       budget.end();
@@ -283,9 +317,11 @@ export class Http2Front {
     const message = 'HTTP/2 client over its frame budget; session ended';
     if (turn.write) this.#log.info(turn.suppressed > 0 ? { ...fields, suppressed: turn.suppressed } : fields, message);
     else if (this.#log.isLevelEnabled('debug')) this.#log.debug(fields, message);
-    // GOAWAY first (a destroy would say NO_ERROR), then the connection is cut once it went out.
+    // GOAWAY first (a destroy would say NO_ERROR), then the connection is cut once it went out (or
+    // not: a flooding client that reads nothing holds no connection either).
     session.goaway(NGHTTP2_ENHANCE_YOUR_CALM);
-    const cut = setTimeout(() => session.destroy(), GOAWAY_LINGER_MS);
+    const front = this.#sessions.get(session);
+    const cut = setTimeout(() => (front ? front.cut() : session.destroy()), GOAWAY_LINGER_MS);
     cut.unref();
     session.once('close', () => clearTimeout(cut));
   }
@@ -320,7 +356,7 @@ export class Http2Front {
 
   /** Drain: GOAWAY to every session; streams in progress finish, no new one is accepted. */
   drain(): void {
-    for (const session of this.#sessions.keys()) if (closeSession(session)) this.#counts.goaways.drain++;
+    for (const { close } of this.#sessions.values()) if (close()) this.#counts.goaways.drain++;
   }
 
   /**
@@ -330,7 +366,8 @@ export class Http2Front {
    */
   drainSessionOf(stream: ServerHttp2Stream): void {
     const session = stream.session;
-    if (session !== undefined && closeSession(session)) this.#counts.goaways.drain++;
+    const front = session === undefined ? undefined : this.#sessions.get(session);
+    if (front?.close()) this.#counts.goaways.drain++;
   }
 
   /** Destroys every session (the end of a graceful close). */
@@ -439,12 +476,26 @@ export class Http2Front {
     });
   }
 
-  /** Resets `stream` with `code` (unless it closed already), counted as ours, not the client's. */
+  /**
+   * Resets `stream` with `code` (unless it closed already), counted as ours, not the client's. The
+   * stream closes once its RST_STREAM went out: when that has not happened within the send timeout,
+   * the client takes no byte of its connection at all (its TCP window is shut, so a send timeout
+   * that reset the stream let go of nothing: neither its slot nor the connection), which is cut.
+   */
   #reset(stream: ServerHttp2Stream, code: number, reason: StreamResetReason): void {
     if (stream.closed) return;
     sentReset.add(stream);
     this.#counts.resetsSent[reason]++;
     stream.close(code);
+    const session = stream.session;
+    if (stream.destroyed || session === undefined) return;
+    const timers = this.#watch.timers;
+    const cut = timers.setTimeout(() => {
+      if (stream.destroyed) return;
+      this.#log.debug({ code: 'http2_connection_stalled' }, 'HTTP/2 client took no byte of its connection; cut');
+      this.#sessions.get(session)?.cut();
+    }, this.#limits.sendIdleTimeoutMs);
+    stream.once('close', () => timers.clearTimeout(cut));
   }
 
   /**
@@ -555,8 +606,9 @@ const admitted = new WeakSet<ServerHttp2Stream>();
 const bodyTimedOut = new WeakSet<ServerHttp2Stream>();
 
 /**
- * GOAWAY (no error): open streams finish, then the connection closes; cut after the send timeout at
- * worst. False when the session was closing already.
+ * GOAWAY (no error): open streams finish (each within its timeouts), then the connection closes, cut
+ * `SESSION_LINGER_MS` after the last one at worst (the session's `close` in `Http2Front`). False
+ * when the session was closing already.
  */
 function closeSession(session: Http2Session): boolean {
   if (session.closed || session.destroyed) return false;
