@@ -422,6 +422,10 @@ export class Http2Front {
     stream.prependListener('close', () => {
       if (stream.rstCode !== NGHTTP2_NO_ERROR) failBody(req);
     });
+    // A client's RST_STREAM NO_ERROR mid-body closes the stream with no error code, and node:http2
+    // then ends the request body as if whole: a body without a Content-Length (which nghttp2 would
+    // have checked) would be stored truncated. The stream is aborted first: the body fails there.
+    if (hasBody) stream.once('aborted', () => failBody(req));
     this.#armTimeouts(stream, req, res, hasBody);
     if (hasBody) this.#resetAfterEarlyAnswer(stream, req);
   }
