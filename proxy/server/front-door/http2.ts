@@ -225,7 +225,11 @@ export class Http2Front {
     // A closing session whose last stream closed has nothing left but bytes to flush.
     const cutOnceIdle = () => {
       if (linger !== undefined || session.destroyed || watch.openStreams > 0) return;
-      linger = timers.setTimeout(cut, SESSION_LINGER_MS);
+      linger = timers.setTimeout(() => {
+        linger = undefined;
+        // A stream the client opened before it read the GOAWAY: its close arms this again.
+        if (watch.openStreams === 0) cut();
+      }, SESSION_LINGER_MS);
     };
     const close = () => {
       if (!closeSession(session)) return false;
