@@ -1,5 +1,6 @@
 -- One atomic evaluation of every counting rule of one limiter check: the twin of evaluate.ts.
 -- Guarantees: bans suppress counting; a limit rule that is exceeded stops the loop; peek writes nothing;
+-- a distinct set holds at most limit + 1 values;
 -- every written key gets a TTL (PEXPIRE … NX on each write: a new key, or one left without a TTL, gets
 -- one; a key that has one is not rewritten, so replicas see no extra writes). Needs Redis >= 7.0.
 -- Assumes: "now" is ARGV[1] (the caller's wall clock, ms), not Redis TIME, so the TS reference, the
@@ -42,12 +43,16 @@ for i = 1, n do
     local ttl = windowEnd + slack - now
     if ttl < 1 then ttl = 1 end
     if distinct then
-      if counting then
-        redis.call('SADD', ckey, member)
-        redis.call('PEXPIRE', ckey, ttl, 'NX')
-        count = redis.call('SCARD', ckey)
-      else
-        count = redis.call('SCARD', ckey) + 1 - redis.call('SISMEMBER', ckey, member)
+      -- A set already past its limit takes no new value (as evaluate.ts): client-chosen values
+      -- must not grow it with every request; the verdict is the same, its count stops at limit + 1.
+      count = redis.call('SCARD', ckey)
+      if count <= limit then
+        if counting then
+          if redis.call('SADD', ckey, member) == 1 then count = count + 1 end
+          redis.call('PEXPIRE', ckey, ttl, 'NX')
+        else
+          count = count + 1 - redis.call('SISMEMBER', ckey, member)
+        end
       end
     else
       if counting then

@@ -365,6 +365,35 @@ describe('redis store specifics', () => {
     await expect(store.run(wrongType, { nowMs: T0, cost: 1, mode: 'check' })).rejects.toMatchObject(expected);
   });
 
+  it('a distinct set never holds more than limit + 1 values, however many a client sends', async () => {
+    const prefix = `${redis.prefix}distinct-bound:`;
+    const rule = defineRule({
+      name: 'd',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 3,
+      periodS: 60,
+      countDistinct: 'repository',
+    });
+    const limiter = createLimiter(
+      {
+        store: createRedisCounterStore(redis.client),
+        clock: new ManualClock(T0, 0),
+        log: pino({ level: 'silent' }),
+        keyPrefix: prefix,
+        timeoutMs: 2000,
+      },
+      { name: 'lim', rules: [rule] },
+    );
+    const results = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => limiter.check({ ip: 'a', repository: `r${i}` })),
+    );
+    expect(results.filter((r) => r.action === 'allow')).toHaveLength(3);
+    const key = buildPlan(prefix, 'lim', [rule], { ip: 'a' }, T0).counting[0]!.counterKey;
+    expect(await redis.client.scard(key)).toBe(4);
+    expect(await redis.client.pttl(key)).toBeGreaterThan(59_000);
+  });
+
   it('a Redis that does not answer rejects every check and peek of the batch; clearing nothing asks nothing', async () => {
     // Nothing listens on port 1; without the offline queue every command fails at once.
     const client = new Redis('redis://127.0.0.1:1', {

@@ -9,7 +9,8 @@
  *
  * Per applicable counting rule, in order:
  *  - ban active (ban end > now): exceeded, no counting, resetAt = ban end;
- *  - otherwise count += cost (or add the value to the distinct set); exceeded when count > limit;
+ *  - otherwise count += cost (or add the value to the distinct set, unless the set already holds
+ *    more than limit values: so it never holds more than limit + 1); exceeded when count > limit;
  *    exceeded with ban_for_s starts a ban of ban_for_s, resetAt = ban end, else resetAt = window end;
  *  - a `limit` rule that is exceeded blocks and is terminal; `log` never blocks and never stops.
  * A `skip` rule is terminal (applicableRules cut the list after it) and counts nothing.
@@ -138,8 +139,12 @@ export function evaluate(
       const expireAtMs = p.windowEndMs + KEY_SLACK_MS;
       let count: number;
       if (p.distinctValue !== undefined) {
-        count = s.count + (s.isMember ? 0 : 1);
-        if (mode === 'check') writes.push({ op: 'sadd', key: p.counterKey, member: p.distinctValue, expireAtMs });
+        // A set already past its limit takes no new value: every value is over it anyway, and the
+        // values are the client's to choose, so adding them would grow the set with each request.
+        const full = s.count > p.limit;
+        count = s.count + (s.isMember || full ? 0 : 1);
+        if (mode === 'check' && !full)
+          writes.push({ op: 'sadd', key: p.counterKey, member: p.distinctValue, expireAtMs });
       } else {
         count = s.count + cost;
         if (mode === 'check') writes.push({ op: 'incr', key: p.counterKey, by: cost, expireAtMs });

@@ -260,6 +260,28 @@ export function counterStoreConformance(
       expect((await limiter.check({ ip: 'j' })).info!.remaining).toBe(1);
     });
 
+    it('a distinct set past its limit takes no new value: client-chosen values cannot grow it per request', async () => {
+      const rule = defineRule({
+        name: 'distinct_repos',
+        action: 'log',
+        characteristics: ['ip'],
+        countDistinct: 'repository',
+        limit: 2,
+        periodS: 3600,
+      });
+      const { limiter, clock } = await setup([rule]);
+      const results = [];
+      for (let i = 0; i < 40; i++) results.push(await limiter.check({ ip: 'i', repository: `repo-${i}` }));
+      // The verdicts are those of an unbounded set; the count (and the set) stops at limit + 1.
+      expect(results.map((r) => r.exceeded)).toEqual([false, false, ...Array<boolean>(38).fill(true)]);
+      expect(results.map((r) => r.evaluations[0]!.count)).toEqual([1, 2, ...Array<number>(38).fill(3)]);
+      expect((await limiter.check({ ip: 'i', repository: 'repo-0' })).evaluations[0]!.count).toBe(3);
+      expect((await limiter.peek({ ip: 'i', repository: 'new' })).evaluations[0]!.count).toBe(3);
+      // A value refused while the set was full is still new once the window starts again.
+      clock.advance(3600_000);
+      expect((await limiter.check({ ip: 'i', repository: 'repo-39' })).evaluations[0]!.count).toBe(1);
+    });
+
     it('float costs add up exactly and exceed only past the limit', async () => {
       const rule = defineRule({ name: 'db_seconds', action: 'limit', characteristics: ['ns'], limit: 2, periodS: 60 });
       const { limiter } = await setup([rule]);
