@@ -365,6 +365,50 @@ describe('redis store specifics', () => {
     await expect(store.run(wrongType, { nowMs: T0, cost: 1, mode: 'check' })).rejects.toMatchObject(expected);
   });
 
+  it('a key of the wrong type fails only its own peek, not the others of its batch', async () => {
+    const prefix = `${redis.prefix}peek-wrongtype:`;
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    const banning = defineRule({
+      name: 'b',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 5,
+      periodS: 60,
+      banForS: 60,
+    });
+    const distinct = defineRule({
+      name: 'd',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 5,
+      periodS: 60,
+      countDistinct: 'user',
+    });
+    const limiter = createLimiter(
+      {
+        store: createRedisCounterStore(redis.client),
+        clock: new ManualClock(T0, 0),
+        log: pino({ level: 'silent' }),
+        keyPrefix: prefix,
+        timeoutMs: 2000,
+      },
+      { name: 'lim', rules: [plain, banning, distinct] },
+    );
+    const plan = (ip: string) => buildPlan(prefix, 'lim', [plain, banning, distinct], { ip, user: 'u' }, T0).counting;
+    // Another writer under the prefix: a hash where a counter, a ban or a distinct set belongs.
+    await redis.client.hset(plan('c')[0]!.counterKey, 'f', 'v');
+    await redis.client.hset(plan('b')[1]!.banKey, 'f', 'v');
+    await redis.client.set(plan('s')[2]!.counterKey, 'x');
+    const results = await Promise.all(['a', 'c', 'b', 's', 'z'].map((ip) => limiter.peek({ ip, user: 'u' })));
+    expect(results.map((r) => (r.error === undefined ? 'ok' : (r.error as { code?: string }).code))).toEqual([
+      'ok',
+      'store_unavailable',
+      'store_unavailable',
+      'store_unavailable',
+      'ok',
+    ]);
+  });
+
   it('a distinct set never holds more than limit + 1 values, however many a client sends', async () => {
     const prefix = `${redis.prefix}distinct-bound:`;
     const rule = defineRule({
