@@ -121,6 +121,13 @@ describe('evaluate (the reference the Lua must equal)', () => {
       writes: ['sadd'],
     },
     {
+      name: 'distinct: a set already past its limit takes no new value',
+      rules: [distinct],
+      states: [{ ...fresh, count: 3 }],
+      outcomes: [{ count: 3, exceeded: true }],
+      writes: [],
+    },
+    {
       name: 'float cost',
       rules: [limit3],
       states: [{ ...fresh, count: 2.5 }],
