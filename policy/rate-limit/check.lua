@@ -32,7 +32,12 @@ for i = 1, n do
   local ckey = KEYS[(i - 1) * 2 + 1]
   local bkey = KEYS[(i - 1) * 2 + 2]
   local banUntil = 0
-  if banMs > 0 then banUntil = tonumber(redis.call('GET', bkey) or '0') or 0 end
+  if banMs > 0 then
+    banUntil = tonumber(redis.call('GET', bkey) or '0') or 0
+    -- A ban lasts ban_for_s (as evaluate.ts): an end further off than that was written by a gateway
+    -- whose clock runs ahead, and would be every other gateway's Retry-After.
+    if banUntil > now + banMs then banUntil = now + banMs end
+  end
   local count, exceeded, banned, resetAt
   if banUntil > now then
     if distinct then count = redis.call('SCARD', ckey) else count = tonumber(redis.call('GET', ckey) or '0') end

@@ -409,6 +409,20 @@ describe('redis store specifics', () => {
     ]);
   });
 
+  it("a ban's Retry-After is at most ban_for_s on every gateway, even when a clock running ahead started it", async () => {
+    const prefix = `${redis.prefix}skew:`;
+    // The rule bans for 600 s; a gateway an hour ahead starts a ban on address t.
+    const ahead = limiterOn(prefix, new ManualClock(T0 + 3_600_000, 0));
+    await ahead.check({ ip: 't' });
+    expect((await ahead.check({ ip: 't' })).action).toBe('block');
+    const onTime = limiterOn(prefix);
+    for (const r of [await onTime.peek({ ip: 't' }, { cost: 0 }), await onTime.check({ ip: 't' })]) {
+      expect(r.action).toBe('block');
+      expect(r.evaluations[0]!.result).toBe('banned');
+      expect(r.info!.resetAtMs).toBe(T0 + 600_000);
+    }
+  });
+
   it('a distinct set never holds more than limit + 1 values, however many a client sends', async () => {
     const prefix = `${redis.prefix}distinct-bound:`;
     const rule = defineRule({

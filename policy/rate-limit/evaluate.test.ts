@@ -128,6 +128,13 @@ describe('evaluate (the reference the Lua must equal)', () => {
       writes: [],
     },
     {
+      name: 'a ban end further off than ban_for_s (written by a clock running ahead) resets ban_for_s from now',
+      rules: [banned],
+      states: [{ ...fresh, count: 0, banUntilMs: T + 3_600_000 }],
+      outcomes: [{ count: 0, exceeded: true, banned: true, resetAtMs: T + 600_000 }],
+      writes: [],
+    },
+    {
       name: 'float cost',
       rules: [limit3],
       states: [{ ...fresh, count: 2.5 }],

@@ -134,7 +134,8 @@ export function evaluate(
     const s = states[i]!;
     let outcome: Outcome;
     if (p.banMs > 0 && s.banUntilMs > nowMs) {
-      outcome = { count: s.count, exceeded: true, banned: true, resetAtMs: s.banUntilMs };
+      // A ban lasts ban_for_s: an end further off was written by a gateway whose clock runs ahead.
+      outcome = { count: s.count, exceeded: true, banned: true, resetAtMs: Math.min(s.banUntilMs, nowMs + p.banMs) };
     } else {
       const expireAtMs = p.windowEndMs + KEY_SLACK_MS;
       let count: number;
