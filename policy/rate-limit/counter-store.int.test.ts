@@ -452,6 +452,53 @@ describe('redis store specifics', () => {
     expect(await redis.client.pttl(key)).toBeGreaterThan(59_000);
   });
 
+  it('a reply unlike what the scripts write (a proxy answering for Redis) fails the call with store_unavailable, never the process', async () => {
+    const prefix = `${redis.prefix}garbage:`;
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    const banning = defineRule({
+      name: 'b',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 5,
+      periodS: 60,
+      banForS: 60,
+    });
+    createRedisCounterStore(redis.client); // defines the scripts on the client
+    const scripts = ['arkvoryRateLimitCount', 'arkvoryRateLimitCheck', 'arkvoryRateLimitPeek'];
+    const garbage: unknown[] = [null, 'OK', 7, [], [1], ['x', 0, 0, 0], [new Error('nested')], [[1, 2]]];
+    for (const reply of garbage) {
+      // The real server runs each script; the client hands the store another reply in its place.
+      const proxied = Object.create(redis.client) as Redis & Record<string, (...args: unknown[]) => unknown>;
+      for (const name of scripts) {
+        const original = (redis.client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[name]!;
+        proxied[name] = (...args: unknown[]) => original.apply(redis.client, args).then(() => reply);
+      }
+      // One store: the two plain checks share one count.lua call.
+      const store = createRedisCounterStore(proxied);
+      const limiterOf = (rules: ReturnType<typeof defineRule>[]) =>
+        createLimiter(
+          {
+            store,
+            clock: new ManualClock(T0, 0),
+            log: pino({ level: 'silent' }),
+            keyPrefix: prefix,
+            timeoutMs: 2000,
+          },
+          { name: 'lim', rules },
+        );
+      const results = await Promise.all([
+        limiterOf([plain]).check({ ip: 'a' }),
+        limiterOf([plain]).check({ ip: 'b' }),
+        limiterOf([banning]).check({ ip: 'a' }),
+        limiterOf([plain, banning]).peek({ ip: 'a' }),
+      ]);
+      expect(
+        results.map((r) => [r.action, (r.error as { code?: string } | undefined)?.code]),
+        JSON.stringify(reply),
+      ).toEqual(Array(4).fill(['allow', 'store_unavailable']));
+    }
+  });
+
   it('a Redis that does not answer rejects every check and peek of the batch; clearing nothing asks nothing', async () => {
     // Nothing listens on port 1; without the offline queue every command fails at once.
     const client = new Redis('redis://127.0.0.1:1', {

@@ -27,6 +27,21 @@ const PEEK = 'arkvoryRateLimitPeek';
 export const MAX_BATCH = 256;
 
 type ScriptReply = Array<string | number>;
+
+/**
+ * A script's reply as the scripts write it: an array of `length` numbers (integers, or numbers as
+ * strings; peek.lua passes on stored values, which its caller checks per peek). Anything else (a proxy in between answering for Redis, a reply cut short) is an error
+ * of the store, never counts read as NaN or an exception thrown where no one catches it.
+ */
+function unexpectedReply(reply: unknown, length: (n: number) => boolean, numbers = true): RateLimitError | undefined {
+  if (Array.isArray(reply) && length(reply.length)) {
+    let ok = true;
+    for (const v of reply)
+      if ((typeof v !== 'number' && typeof v !== 'string') || (numbers && !Number.isFinite(Number(v)))) ok = false;
+    if (ok) return undefined;
+  }
+  return new RateLimitError('store_unavailable', 'the rate-limit store answered a script with an unexpected reply');
+}
 type Script = (numKeys: number, ...args: Array<string | number>) => Promise<ScriptReply>;
 type WithScripts = (Redis | Cluster) & { [CHECK]: Script; [COUNT]: Script; [PEEK]: Script };
 
@@ -75,6 +90,11 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
     }
     client[COUNT](keys.length, ...keys, ...argv).then(
       (reply) => {
+        const bad = unexpectedReply(reply, (n) => n === keys.length);
+        if (bad) {
+          for (const q of batch) q.reject(bad);
+          return;
+        }
         let at = 0;
         for (const q of batch) {
           const outcomes: Outcome[] = [];
@@ -144,6 +164,12 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
     }
     client[PEEK](keys.length, ...keys, ...argv).then(
       (reply) => {
+        // Three values per rule, a rule per two keys; a value that is no number fails only its own peek (below).
+        const bad = unexpectedReply(reply, (n) => n === (keys.length / 2) * 3, false);
+        if (bad) {
+          for (const q of batch) q.reject(bad);
+          return;
+        }
         let at = 0;
         for (const q of batch) {
           const states: RuleState[] = q.plan.counting.map(() => {
@@ -197,6 +223,9 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         p.distinctValue ?? '',
       );
     const reply = await client[CHECK](n * 2, ...args);
+    // Four values per evaluated rule (the loop may stop early, never before the first rule).
+    const bad = unexpectedReply(reply, (len) => len > 0 && len <= 4 * n && len % 4 === 0);
+    if (bad) throw bad;
     const outcomes: Outcome[] = [];
     // Stryker disable next-line EqualityOperator: equivalent: the reply holds four values per rule, so i + 3 never equals its length
     for (let i = 0; i + 3 < reply.length; i += 4)
