@@ -209,6 +209,29 @@ describe('evaluate (the reference the Lua must equal)', () => {
     }
   });
 
+  it('a key memo keeps no long client-chosen value (its memory is bounded by count and size)', () => {
+    const memo = new RuleKeyMemo();
+    const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['repository'], limit: 3, periodS: 60 });
+    const keysOf = (repository: string) => memo.keys('p:', 'lim', rule, { repository }, T);
+    expect(keysOf('short')).toBe(keysOf('short'));
+    const long = 'r'.repeat(16_000);
+    const first = keysOf(long);
+    const again = keysOf(long);
+    expect(again).not.toBe(first);
+    expect([again.counterKey, again.banKey]).toEqual([first.counterKey, first.banKey]);
+    expect(first.counterKey.length).toBeLessThan(200);
+    // Two characteristics are memoized by their encoded values, which are short.
+    const two = defineRule({
+      name: 't',
+      action: 'limit',
+      characteristics: ['repository', 'ip'],
+      limit: 3,
+      periodS: 60,
+    });
+    const both = () => memo.keys('p:', 'lim', two, { repository: long, ip: 'a' }, T);
+    expect(both()).toBe(both());
+  });
+
   it('refuses a limit or period that resolves to a negative or non-finite number, naming it', () => {
     const negative = defineRule({
       name: 'neg',

@@ -75,7 +75,10 @@ interface RuleKeys {
   counterKey: string;
 }
 
-/** Per rule and limiter, past this many distinct identifiers the memo starts over (a bound, not an LRU). */
+/**
+ * Per rule and limiter, past this many distinct identifiers the memo starts over (a bound, not an
+ * LRU); ids longer than MAX_RAW_VALUE_BYTES are never kept, so it holds a few MB at most.
+ */
 export const KEY_MEMO_MAX = 10_000;
 
 /**
@@ -107,7 +110,10 @@ export class RuleKeyMemo {
       c.length === 1 ? valueOf(identifier, c[0]!) : c.map((k) => encodeValue(valueOf(identifier, k))).join(',');
     // Stryker restore ConditionalExpression
     const distinct = rule.countDistinct !== undefined;
-    if (id === undefined) {
+    // A long value (a repository name is the client's to choose, up to the request head's size) is
+    // not kept: the memo holds KEY_MEMO_MAX ids per rule, so raw ids of 16 KB would hold 160 MB.
+    // Its keys name it by its hash anyway.
+    if (id === undefined || id.length > MAX_RAW_VALUE_BYTES) {
       const base = counterBase(prefix, limiter, rule.name, c, identifier);
       return { counterKey: counterKey(base, distinct, startMs), banKey: banKey(base) };
     }
