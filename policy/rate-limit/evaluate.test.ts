@@ -272,6 +272,27 @@ describe('evaluate (the reference the Lua must equal)', () => {
     const pick = (rules: ReturnType<typeof rule>[], outcomes: Outcome[]) =>
       summarize(buildPlan('p:', 'lim', rules, { ip: '1' }, T), outcomes);
 
+    it('an exceeded shadow rule is the rule, but the enforcing one with the least remaining is what a client is told', () => {
+      const r = pick(
+        [rule('shadow', 'log', 1, 60), rule('wide', 'limit', 100, 60), rule('narrow', 'limit', 10, 60)],
+        [outcome(2, T + 30_000, true), outcome(2, T + 30_000), outcome(2, T + 30_000)],
+      );
+      expect([r.action, r.exceeded, r.rule?.name]).toEqual(['allow', true, 'shadow']);
+      expect(r.enforcing?.rule.name).toBe('narrow');
+      expect(r.enforcing?.info).toEqual({
+        resolvedLimit: 10,
+        resolvedPeriodS: 60,
+        resetAtMs: T + 30_000,
+        remaining: 8,
+      });
+      const blocked = pick(
+        [rule('shadow', 'log', 1, 60), rule('narrow', 'limit', 1, 60)],
+        [outcome(2, T + 30_000, true), outcome(2, T + 30_000, true)],
+      );
+      expect([blocked.action, blocked.rule?.name, blocked.enforcing?.rule.name]).toEqual(['block', 'narrow', 'narrow']);
+      expect(pick([rule('shadow', 'log', 1, 60)], [outcome(2, T + 30_000, true)]).enforcing).toBeUndefined();
+    });
+
     it('the limit rule with the least remaining; on a tie, the earliest reset', () => {
       const a = rule('a', 'limit', 10, 60);
       const b = rule('b', 'limit', 10, 3600);

@@ -199,6 +199,12 @@ export interface RateLimitResult {
   readonly info: RateLimitInfo | undefined;
   /** Every rule evaluated, in order (for metrics and logs). */
   readonly evaluations: readonly RuleEvaluation[];
+  /**
+   * The most constraining enforcing (`limit`) rule and its info, what a client is told of its
+   * limits (RateLimit header fields): `rule` and `info` unless an exceeded shadow rule took their
+   * place, which must not change what a client sees. Absent when no limit rule was counted.
+   */
+  readonly enforcing?: { readonly rule: Rule; readonly info: RateLimitInfo } | undefined;
 }
 
 export const ALLOW_NOTHING_MATCHED: RateLimitResult = Object.freeze({
@@ -281,19 +287,28 @@ export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitRe
       evaluations,
     };
   }
-  const p = plan.counting[chosen]!;
-  const o = outcomes[chosen]!;
-  return {
-    action: blocking !== -1 ? 'block' : 'allow',
-    exceeded: o.exceeded,
-    rule: p.rule,
-    error: undefined,
-    info: {
+  const infoOf = (i: number): RateLimitInfo => {
+    const p = plan.counting[i]!;
+    const o = outcomes[i]!;
+    return {
       resolvedLimit: p.limit,
       resolvedPeriodS: p.periodMs / 1000,
       resetAtMs: o.resetAtMs,
-      remaining: o.exceeded ? 0 : remainingOf(chosen),
-    },
+      remaining: o.exceeded ? 0 : remainingOf(i),
+    };
+  };
+  const info = infoOf(chosen);
+  const limitRule = blocking !== -1 ? blocking : bestLimit;
+  return {
+    action: blocking !== -1 ? 'block' : 'allow',
+    exceeded: outcomes[chosen]!.exceeded,
+    rule: plan.counting[chosen]!.rule,
+    error: undefined,
+    info,
     evaluations,
+    enforcing:
+      limitRule === -1
+        ? undefined
+        : { rule: plan.counting[limitRule]!.rule, info: limitRule === chosen ? info : infoOf(limitRule) },
   };
 }

@@ -8,7 +8,7 @@
 import { byteCounts } from '../server/http2-messages.ts';
 import type { Clock } from '../../policy/clock.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import type { Identifier, Limiter, RateLimitResult } from '../../policy/rate-limit/index.ts';
+import type { Identifier, Limiter, RateLimitInfo, RateLimitResult } from '../../policy/rate-limit/index.ts';
 import { addEarlyHeader } from '../server/gateway-response.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
 import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
@@ -25,14 +25,22 @@ import { DEFAULT_IPV6_PREFIX_LENGTH, NO_TRUSTED_PROXIES, requestIdentifier } fro
  */
 export function rateLimitHeaders(result: RateLimitResult, nowMs: number): Record<string, string> {
   if (!result.rule || !result.info) return {};
-  const { info } = result;
+  return headersOf(result.rule, result.info, result.action, nowMs);
+}
+
+function headersOf(
+  rule: { readonly name: string },
+  info: RateLimitInfo,
+  action: RateLimitResult['action'],
+  nowMs: number,
+): Record<string, string> {
   const resetS = Math.max(0, Math.ceil((info.resetAtMs - nowMs) / 1000));
-  const name = result.rule.name;
+  const name = rule.name;
   const headers: Record<string, string> = {
-    'ratelimit-policy': policyHeader(result.rule, info.resolvedLimit, info.resolvedPeriodS),
+    'ratelimit-policy': policyHeader(rule, info.resolvedLimit, info.resolvedPeriodS),
     ratelimit: `"${name}";r=${Math.floor(info.remaining)};t=${resetS}`,
   };
-  if (result.action === 'block') headers['retry-after'] = String(Math.max(1, resetS));
+  if (action === 'block') headers['retry-after'] = String(Math.max(1, resetS));
   return headers;
 }
 
@@ -110,8 +118,10 @@ export function createRateLimitGate(deps: {
         ctx.log.info(turn.suppressed > 0 ? { ...fields, suppressed: turn.suppressed } : fields, SHADOW_EXCEEDED);
       else if (ctx.log.isLevelEnabled('debug')) ctx.log.debug(fields, SHADOW_EXCEEDED);
     }
-    if (result.rule?.action === 'limit' && result.info) {
-      const headers = rateLimitHeaders(result, clock.wallMs());
+    // What the enforcing rules say, even when an exceeded shadow rule is the result's rule: a
+    // shadow rule changes nothing a client sees.
+    if (result.enforcing) {
+      const headers = headersOf(result.enforcing.rule, result.enforcing.info, result.action, clock.wallMs());
       for (const name in headers) addEarlyHeader(ctx.res, name, headers[name]!);
     }
     if (identifier.request_type === 'health') return;

@@ -138,15 +138,22 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('a shadow rule exceeded by 100 requests: all answered, 5 lines', async () => {
-    const shadow = HEALTH_LIVE_LIMIT.replace('name: health_live_by_ip', 'name: health_live_shadow')
+  it('a shadow rule exceeded by 100 requests: all answered, 5 lines, the enforcing rule still in the headers', async () => {
+    // The shadow rule first, then an enforcing one the requests stay under.
+    const shadow = `${HEALTH_LIVE_LIMIT.replace('name: health_live_by_ip', 'name: health_live_shadow')
       .replace('action: limit', 'action: log')
-      .replace('limit: 2', 'limit: 1');
+      .replace(
+        'limit: 2',
+        'limit: 1',
+      )}${HEALTH_LIVE_LIMIT.split('\n').slice(2).join('\n').replace('limit: 2', 'limit: 1000')}`;
     const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(shadow) } });
     const linesBefore = gw.logLines().length;
     for (let i = 0; i < 100; i++) {
       const res = await fetch(`${gw.url}/health/live`);
       expect(res.status).toBe(200);
+      // A shadow rule changes nothing a client sees: past it, the enforcing rule is still reported.
+      expect(res.headers.get('ratelimit-policy')).toBe('"health_live_by_ip";q=1000;w=3600');
+      expect(res.headers.get('ratelimit')).toMatch(new RegExp(`^"health_live_by_ip";r=${999 - i};t=\\d+$`));
       await res.arrayBuffer();
     }
     // Once the line of a request sent after them is in, every line they caused is too.
