@@ -3,6 +3,7 @@
  * loopback port: plain HTTP, or HTTPS with HTTP/2 when given a certificate. For tests of the front
  * door's own bounds and timeouts, without a gateway's routes and gates.
  */
+import { rm } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Logger, pino } from 'pino';
@@ -14,7 +15,10 @@ import {
   serverOptions,
 } from '../../proxy/server/front-door.ts';
 import { createListener } from '../../proxy/server/listener.ts';
-import type { ServedTls } from '../../proxy/tls/served-tls.ts';
+import { ServedTls } from '../../proxy/tls/served-tls.ts';
+import { systemClock } from '../../policy/clock.ts';
+import { makeTempDir } from '../harness/temp-dir.ts';
+import { type CertificateAuthority, createCertificateAuthority, issueServerCertificate } from '../harness/tls-certs.ts';
 
 export interface FrontDoorServer {
   readonly server: Server;
@@ -59,4 +63,22 @@ export async function startFrontDoorServer(
       await closed;
     },
   };
+}
+
+/** A server certificate of a fresh test CA, served as the listener would serve it; `remove()` deletes its files. */
+export interface TestCertificate {
+  readonly ca: CertificateAuthority;
+  readonly served: ServedTls;
+  remove(): Promise<void>;
+}
+
+export async function openTestCertificate(log: Logger = pino({ level: 'silent' })): Promise<TestCertificate> {
+  const dir = await makeTempDir();
+  const ca = await createCertificateAuthority(dir);
+  const pair = await issueServerCertificate(ca, dir);
+  const served = await ServedTls.open(
+    { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
+    { clock: systemClock, log },
+  );
+  return { ca, served, remove: () => rm(dir, { recursive: true, force: true }) };
 }

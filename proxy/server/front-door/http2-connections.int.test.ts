@@ -5,23 +5,21 @@
  * after its answer. A real TLS listener on port 0 (proxy/server/listener.ts), node:http2 clients.
  */
 import http2 from 'node:http2';
-import { rm } from 'node:fs/promises';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
-import { systemClock } from '../../../policy/clock.ts';
-import { makeTempDir } from '../../../test/harness/temp-dir.ts';
 import {
-  type CertificateAuthority,
-  createCertificateAuthority,
-  issueServerCertificate,
-} from '../../../test/harness/tls-certs.ts';
-import { ServedTls } from '../../tls/served-tls.ts';
+  type FrontDoorServer,
+  openTestCertificate,
+  startFrontDoorServer,
+  type TestCertificate,
+} from '../../../test/support/front-door-server.ts';
+import type { CertificateAuthority } from '../../../test/harness/tls-certs.ts';
+import type { ServedTls } from '../../tls/served-tls.ts';
 import { DEFAULT_FRONT_DOOR, type FrontDoor } from '../front-door.ts';
 
 const MAX_CONNECTIONS = 3;
 const log = pino({ level: 'silent' });
-let dir: string;
+let certificate: TestCertificate;
 let ca: CertificateAuthority;
 let served: ServedTls;
 let listening: FrontDoorServer;
@@ -32,17 +30,12 @@ const clients = new Set<http2.ClientHttp2Session>();
 const goaways = new Map<http2.ClientHttp2Session, number>();
 
 beforeAll(async () => {
-  dir = await makeTempDir();
-  ca = await createCertificateAuthority(dir);
-  const pair = await issueServerCertificate(ca, dir);
-  served = await ServedTls.open(
-    { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
-    { clock: systemClock, log },
-  );
+  certificate = await openTestCertificate(log);
+  ({ ca, served } = certificate);
 });
 
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await certificate.remove();
 });
 
 async function listen(

@@ -7,38 +7,31 @@
  */
 import http2 from 'node:http2';
 import tls from 'node:tls';
-import { rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
-import { systemClock } from '../../../policy/clock.ts';
-import { makeTempDir } from '../../../test/harness/temp-dir.ts';
 import {
-  type CertificateAuthority,
-  createCertificateAuthority,
-  issueServerCertificate,
-} from '../../../test/harness/tls-certs.ts';
-import { ServedTls } from '../../tls/served-tls.ts';
+  type FrontDoorServer,
+  openTestCertificate,
+  startFrontDoorServer,
+  type TestCertificate,
+} from '../../../test/support/front-door-server.ts';
+import type { CertificateAuthority } from '../../../test/harness/tls-certs.ts';
 import type { FrontDoor } from '../front-door.ts';
 import { frame, PREFACE } from '../../../test/support/http2-frames.ts';
 import { RESET_BUDGET } from './http2-session-watch.ts';
 
 const log = pino({ level: 'silent' });
-let dir: string;
+let certificate: TestCertificate;
 let ca: CertificateAuthority;
 let listening: FrontDoorServer;
 let door: FrontDoor;
 let port: number;
 
 beforeAll(async () => {
-  dir = await makeTempDir();
-  ca = await createCertificateAuthority(dir);
-  const pair = await issueServerCertificate(ca, dir);
-  const served = await ServedTls.open(
-    { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
-    { clock: systemClock, log },
-  );
+  certificate = await openTestCertificate(log);
+  ({ ca } = certificate);
+  const { served } = certificate;
   listening = await startFrontDoorServer({
     tls: served,
     log,
@@ -52,7 +45,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await listening.close();
-  await rm(dir, { recursive: true, force: true });
+  await certificate.remove();
 });
 
 /** `GET /` for 127.0.0.1 in HPACK (static-table names, literal values, no indexing). */

@@ -1,46 +1,33 @@
-/**
- * An HTTP/2 client that stops reading at the TCP level (it opened its flow-control windows wide and
- * then reads no byte of the socket) holds neither a stream nor its connection: node:http2 ends a
- * closing session, and closes a stream it reset, only once their bytes left, which never happens.
- * A real TLS listener on port 0 (proxy/server/listener.ts), the client written frame by frame.
- */
-import { rm } from 'node:fs/promises';
 import tls from 'node:tls';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
-import { FRAME, frame, PREFACE } from '../../../test/support/http2-frames.ts';
-import { makeTempDir } from '../../../test/harness/temp-dir.ts';
 import {
-  type CertificateAuthority,
-  createCertificateAuthority,
-  issueServerCertificate,
-} from '../../../test/harness/tls-certs.ts';
+  type FrontDoorServer,
+  openTestCertificate,
+  startFrontDoorServer,
+  type TestCertificate,
+} from '../../../test/support/front-door-server.ts';
+import { FRAME, frame, PREFACE } from '../../../test/support/http2-frames.ts';
+import type { CertificateAuthority } from '../../../test/harness/tls-certs.ts';
 import { waitUntil } from '../../../test/harness/index.ts';
-import { systemClock } from '../../../policy/clock.ts';
-import { ServedTls } from '../../tls/served-tls.ts';
+import type { ServedTls } from '../../tls/served-tls.ts';
 import { DEFAULT_FRONT_DOOR, type FrontDoorLimits } from '../front-door.ts';
 
 const MiB = 1024 * 1024;
 const log = pino({ level: 'silent' });
-let dir: string;
+let certificate: TestCertificate;
 let ca: CertificateAuthority;
 let served: ServedTls;
 let listening: FrontDoorServer | undefined;
 const sockets = new Set<tls.TLSSocket>();
 
 beforeAll(async () => {
-  dir = await makeTempDir();
-  ca = await createCertificateAuthority(dir);
-  const pair = await issueServerCertificate(ca, dir);
-  served = await ServedTls.open(
-    { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
-    { clock: systemClock, log },
-  );
+  certificate = await openTestCertificate(log);
+  ({ ca, served } = certificate);
 });
 
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await certificate.remove();
 });
 
 afterEach(async () => {

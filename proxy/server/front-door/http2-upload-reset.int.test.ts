@@ -1,46 +1,33 @@
-/**
- * A request body cut short by the client's RST_STREAM fails, whatever the reset's code: with
- * NO_ERROR, node:http2 ends the body of a stream that closes as if it were whole, and a body sent
- * without a Content-Length (which nghttp2 would check) would reach the handler truncated and be
- * stored as complete. A real TLS listener on port 0, the client written frame by frame.
- */
-import { rm } from 'node:fs/promises';
 import http2 from 'node:http2';
 import tls from 'node:tls';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
-import { FRAME, frame, PREFACE } from '../../../test/support/http2-frames.ts';
-import { makeTempDir } from '../../../test/harness/temp-dir.ts';
 import {
-  type CertificateAuthority,
-  createCertificateAuthority,
-  issueServerCertificate,
-} from '../../../test/harness/tls-certs.ts';
-import { systemClock } from '../../../policy/clock.ts';
-import { ServedTls } from '../../tls/served-tls.ts';
+  type FrontDoorServer,
+  openTestCertificate,
+  startFrontDoorServer,
+  type TestCertificate,
+} from '../../../test/support/front-door-server.ts';
+import { FRAME, frame, PREFACE } from '../../../test/support/http2-frames.ts';
+import type { CertificateAuthority } from '../../../test/harness/tls-certs.ts';
+import type { ServedTls } from '../../tls/served-tls.ts';
 import { DEFAULT_FRONT_DOOR } from '../front-door.ts';
 
 const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL } = http2.constants;
 const log = pino({ level: 'silent' });
-let dir: string;
+let certificate: TestCertificate;
 let ca: CertificateAuthority;
 let served: ServedTls;
 let listening: FrontDoorServer | undefined;
 const sockets = new Set<tls.TLSSocket>();
 
 beforeAll(async () => {
-  dir = await makeTempDir();
-  ca = await createCertificateAuthority(dir);
-  const pair = await issueServerCertificate(ca, dir);
-  served = await ServedTls.open(
-    { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
-    { clock: systemClock, log },
-  );
+  certificate = await openTestCertificate(log);
+  ({ ca, served } = certificate);
 });
 
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await certificate.remove();
 });
 
 afterEach(async () => {
