@@ -106,14 +106,7 @@ describe('auth_failure bans and stale credentials (in-process server, real Postg
   });
 
   it('does not ban an address for an expired link whose signature holds; a forged signature bans it', async () => {
-    const owner = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
-    const neighbour = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
-    const principal = {
-      id: owner.principalId,
-      keyId: owner.keyId,
-      name: owner.name,
-      scopes: new Set(['read'] as const),
-    };
+    const { principal, neighbour } = await linkOwnerAndNeighbour();
     const link = await links.issue(principal, CONTENT, 'ab'.repeat(32), 60, 'libs');
     expect(await get(link.pathAndQuery)).toBe(200);
     linkClock.advance(link.expiresAt.getTime() - linkClock.wallMs());
@@ -127,14 +120,7 @@ describe('auth_failure bans and stale credentials (in-process server, real Postg
   });
 
   it('does not ban an address for a link whose secret was rotated out', async () => {
-    const owner = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
-    const neighbour = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
-    const principal = {
-      id: owner.principalId,
-      keyId: owner.keyId,
-      name: owner.name,
-      scopes: new Set(['read'] as const),
-    };
+    const { principal, neighbour } = await linkOwnerAndNeighbour();
     const link = await links.issue(principal, CONTENT, 'ab'.repeat(32), 3600, 'libs');
     expect(await get(link.pathAndQuery)).toBe(200);
     // After a leak: the old secret retires at once, and its links die.
@@ -145,3 +131,16 @@ describe('auth_failure bans and stale credentials (in-process server, real Postg
     expect(await get(CONTENT, neighbour.key)).toBe(200);
   });
 });
+
+/** A reader whose links the tests issue, and another reader behind the same address. */
+async function linkOwnerAndNeighbour() {
+  const owner = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+  const neighbour = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+  const principal = {
+    id: owner.principalId,
+    keyId: owner.keyId,
+    name: owner.name,
+    scopes: new Set(['read'] as const),
+  };
+  return { principal, neighbour };
+}
