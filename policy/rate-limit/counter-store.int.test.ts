@@ -29,7 +29,7 @@ counterStoreConformance('memory (same table, same run)', () => ({
 
 describe('redis store specifics', () => {
   const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 600 });
-  const limiterOn = (prefix: string, clock = new ManualClock(T0, 0)) =>
+  const limiterOn = (prefix: string, clock = new ManualClock(T0, 0), rules = [rule]) =>
     createLimiter(
       {
         store: createRedisCounterStore(redis.client),
@@ -38,7 +38,7 @@ describe('redis store specifics', () => {
         keyPrefix: prefix,
         timeoutMs: 2000,
       },
-      { name: 'lim', rules: [rule] },
+      { name: 'lim', rules },
     );
 
   it('gives every key a TTL, keeps a counter and its ban in one cluster slot, and heals a key left without TTL', async () => {
@@ -384,16 +384,7 @@ describe('redis store specifics', () => {
       periodS: 60,
       countDistinct: 'user',
     });
-    const limiter = createLimiter(
-      {
-        store: createRedisCounterStore(redis.client),
-        clock: new ManualClock(T0, 0),
-        log: pino({ level: 'silent' }),
-        keyPrefix: prefix,
-        timeoutMs: 2000,
-      },
-      { name: 'lim', rules: [plain, banning, distinct] },
-    );
+    const limiter = limiterOn(prefix, undefined, [plain, banning, distinct]);
     const plan = (ip: string) => buildPlan(prefix, 'lim', [plain, banning, distinct], { ip, user: 'u' }, T0).counting;
     // Another writer under the prefix: a hash where a counter, a ban or a distinct set belongs.
     await redis.client.hset(plan('c')[0]!.counterKey, 'f', 'v');
@@ -433,16 +424,7 @@ describe('redis store specifics', () => {
       periodS: 60,
       countDistinct: 'repository',
     });
-    const limiter = createLimiter(
-      {
-        store: createRedisCounterStore(redis.client),
-        clock: new ManualClock(T0, 0),
-        log: pino({ level: 'silent' }),
-        keyPrefix: prefix,
-        timeoutMs: 2000,
-      },
-      { name: 'lim', rules: [rule] },
-    );
+    const limiter = limiterOn(prefix, undefined, [rule]);
     const results = await Promise.all(
       Array.from({ length: 200 }, (_, i) => limiter.check({ ip: 'a', repository: `r${i}` })),
     );
