@@ -647,7 +647,10 @@ describe('overrides under hostile input (issue 35)', () => {
       await db.pool.query('ALTER TABLE arkvory_audit_events DROP CONSTRAINT refuse_override_rows');
     }
     expect(put.status).toBe(200);
-    expect(logLines(service).filter((l) => l.msg === 'audit entry not recorded')).toHaveLength(1);
+    // The line crosses the service's stdout pipe after its answer: waited for, then counted once.
+    await expect
+      .poll(() => logLines(service).filter((l) => l.msg === 'audit entry not recorded'), { timeout: 10_000 })
+      .toHaveLength(1);
     const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     expect(text).toMatch(/^arkvory_audit_entries_not_recorded_total\{reason="failed"\} 1$/m);
     expect(text).toMatch(/^arkvory_audit_entries_not_recorded_total\{reason="timeout"\} 0$/m);
