@@ -6,7 +6,7 @@
  * preload through NODE_OPTIONS). Pause time is the main thread's: V8's helper threads work beside
  * it when a core is free.
  */
-import { writeFileSync } from 'node:fs';
+import { renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { constants, type PerformanceEntry, PerformanceObserver } from 'node:perf_hooks';
 
@@ -33,5 +33,9 @@ if (dir) {
     }
   }).observe({ entryTypes: ['gc'] });
   const file = path.join(dir, `${process.pid}.json`);
-  setInterval(() => writeFileSync(file, JSON.stringify(totals)), 100).unref();
+  // Written aside and renamed over: the bench reads the file at any moment and must never see it half written.
+  setInterval(() => {
+    writeFileSync(`${file}.tmp`, JSON.stringify(totals));
+    renameSync(`${file}.tmp`, file);
+  }, 100).unref();
 }
