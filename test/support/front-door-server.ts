@@ -6,7 +6,9 @@
 import { rm } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import tls from 'node:tls';
 import { type Logger, pino } from 'pino';
+import { afterAll, afterEach, beforeAll } from 'vitest';
 import {
   DEFAULT_FRONT_DOOR,
   type FrontDoor,
@@ -81,4 +83,55 @@ export async function openTestCertificate(log: Logger = pino({ level: 'silent' }
     { clock: systemClock, log },
   );
   return { ca, served, remove: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/**
+ * A TLS front-door listener per test and raw TLS clients of it, for tests that write HTTP/2 frame by
+ * frame: one certificate for the file, the listener and its clients closed after each test.
+ */
+export function useRawTlsFrontDoor(log: Logger = pino({ level: 'silent' })) {
+  let certificate: TestCertificate | undefined;
+  let listening: FrontDoorServer | undefined;
+  const sockets = new Set<tls.TLSSocket>();
+  beforeAll(async () => {
+    certificate = await openTestCertificate(log);
+  });
+  afterAll(async () => {
+    await certificate?.remove();
+  });
+  afterEach(async () => {
+    for (const s of sockets) s.destroy();
+    sockets.clear();
+    await listening?.close();
+    listening = undefined;
+  });
+  return {
+    /** Starts this test's listener (at most 10 connections unless `limits` says otherwise). */
+    async listen(
+      limits: Partial<FrontDoorLimits>,
+      answer: (req: IncomingMessage, res: ServerResponse) => void,
+    ): Promise<FrontDoorServer> {
+      listening = await startFrontDoorServer({
+        limits: { ...DEFAULT_FRONT_DOOR, maxConnections: 10, ...limits },
+        tls: certificate!.served,
+        log,
+        answer,
+      });
+      return listening;
+    },
+    /** A TLS connection to `port` offering only h2, handshake done; its errors are the test's to read. */
+    async connect(port: number): Promise<tls.TLSSocket> {
+      const socket = tls.connect({
+        port,
+        host: '127.0.0.1',
+        ca: certificate!.ca.certPem,
+        servername: 'localhost',
+        ALPNProtocols: ['h2'],
+      });
+      sockets.add(socket);
+      socket.on('error', () => {});
+      await new Promise((resolve) => socket.once('secureConnect', resolve));
+      return socket;
+    },
+  };
 }

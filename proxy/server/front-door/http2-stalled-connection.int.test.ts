@@ -1,55 +1,19 @@
-import tls from 'node:tls';
-import { pino } from 'pino';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  type FrontDoorServer,
-  openTestCertificate,
-  startFrontDoorServer,
-  type TestCertificate,
-} from '../../../test/support/front-door-server.ts';
+import { describe, expect, it } from 'vitest';
+import { type FrontDoorServer, useRawTlsFrontDoor } from '../../../test/support/front-door-server.ts';
 import { FRAME, frame, PREFACE } from '../../../test/support/http2-frames.ts';
-import type { CertificateAuthority } from '../../../test/harness/tls-certs.ts';
 import { waitUntil } from '../../../test/harness/index.ts';
-import type { ServedTls } from '../../tls/served-tls.ts';
-import { DEFAULT_FRONT_DOOR, type FrontDoorLimits } from '../front-door.ts';
+import type { FrontDoorLimits } from '../front-door.ts';
 
 const MiB = 1024 * 1024;
-const log = pino({ level: 'silent' });
-let certificate: TestCertificate;
-let ca: CertificateAuthority;
-let served: ServedTls;
-let listening: FrontDoorServer | undefined;
-const sockets = new Set<tls.TLSSocket>();
-
-beforeAll(async () => {
-  certificate = await openTestCertificate(log);
-  ({ ca, served } = certificate);
-});
-
-afterAll(async () => {
-  await certificate.remove();
-});
-
-afterEach(async () => {
-  for (const s of sockets) s.destroy();
-  sockets.clear();
-  await listening?.close();
-  listening = undefined;
-});
+const door = useRawTlsFrontDoor();
 
 /** A listener answering every request with `bytes` written whole. */
-async function listen(limits: Partial<FrontDoorLimits>, bytes: number): Promise<FrontDoorServer> {
+function listen(limits: Partial<FrontDoorLimits>, bytes: number): Promise<FrontDoorServer> {
   const body = Buffer.alloc(bytes, 0x61);
-  listening = await startFrontDoorServer({
-    limits: { ...DEFAULT_FRONT_DOOR, maxConnections: 10, ...limits },
-    tls: served,
-    log,
-    answer: (_req, res) => {
-      res.writeHead(200, { 'content-length': body.length });
-      res.end(body);
-    },
+  return door.listen(limits, (_req, res) => {
+    res.writeHead(200, { 'content-length': body.length });
+    res.end(body);
   });
-  return listening;
 }
 
 /**
@@ -57,16 +21,7 @@ async function listen(limits: Partial<FrontDoorLimits>, bytes: number): Promise<
  * then the socket never read again.
  */
 async function getAndStopReading(port: number): Promise<void> {
-  const socket = tls.connect({
-    port,
-    host: '127.0.0.1',
-    ca: ca.certPem,
-    servername: 'localhost',
-    ALPNProtocols: ['h2'],
-  });
-  sockets.add(socket);
-  socket.on('error', () => {});
-  await new Promise((resolve) => socket.once('secureConnect', resolve));
+  const socket = await door.connect(port);
   expect(socket.alpnProtocol).toBe('h2');
   const initialWindow = Buffer.alloc(6);
   initialWindow.writeUInt16BE(0x4, 0);
