@@ -29,6 +29,16 @@ counterStoreConformance('memory (same table, same run)', () => ({
 
 describe('redis store specifics', () => {
   const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 600 });
+  /** A counting rule and a banning one, of five a minute, for the tests of batches, scripts and replies. */
+  const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+  const banning = defineRule({
+    name: 'b',
+    action: 'limit',
+    characteristics: ['ip'],
+    limit: 5,
+    periodS: 60,
+    banForS: 60,
+  });
   const limiterOn = (prefix: string, clock = new ManualClock(T0, 0), rules = [rule]) =>
     createLimiter(
       {
@@ -284,7 +294,6 @@ describe('redis store specifics', () => {
   });
 
   it('takes the one-call batch only for checks count.lua decides exactly as check.lua', () => {
-    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
     const banning = defineRule({
       name: 'b',
       action: 'limit',
@@ -332,7 +341,6 @@ describe('redis store specifics', () => {
 
   it('a batched check gives its counter a TTL of the window end plus 1 s; a cost of 0 counts 0', async () => {
     const prefix = `${redis.prefix}ttl-batch:`;
-    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
     const store = createRedisCounterStore(redis.client);
     const at = T0 + 20_000;
     const plan = buildPlan(prefix, 'lim', [plain], { ip: 'a' }, at);
@@ -346,7 +354,6 @@ describe('redis store specifics', () => {
 
   it('a counter that holds no number fails the check or peek with store_unavailable, saying so', async () => {
     const prefix = `${redis.prefix}corrupt:`;
-    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
     const store = createRedisCounterStore(redis.client);
     const plan = buildPlan(prefix, 'lim', [plain], { ip: 'a' }, T0);
     await redis.client.set(plan.counting[0]!.counterKey, 'not a number');
@@ -367,15 +374,6 @@ describe('redis store specifics', () => {
 
   it('a key of the wrong type fails only its own peek, not the others of its batch', async () => {
     const prefix = `${redis.prefix}peek-wrongtype:`;
-    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
-    const banning = defineRule({
-      name: 'b',
-      action: 'limit',
-      characteristics: ['ip'],
-      limit: 5,
-      periodS: 60,
-      banForS: 60,
-    });
     const distinct = defineRule({
       name: 'd',
       action: 'limit',
@@ -436,15 +434,6 @@ describe('redis store specifics', () => {
 
   it('a reply unlike what the scripts write (a proxy answering for Redis) fails the call with store_unavailable, never the process', async () => {
     const prefix = `${redis.prefix}garbage:`;
-    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
-    const banning = defineRule({
-      name: 'b',
-      action: 'limit',
-      characteristics: ['ip'],
-      limit: 5,
-      periodS: 60,
-      banForS: 60,
-    });
     createRedisCounterStore(redis.client); // defines the scripts on the client
     const scripts = ['arkvoryRateLimitCount', 'arkvoryRateLimitCheck', 'arkvoryRateLimitPeek'];
     const garbage: unknown[] = [null, 'OK', 7, [], [1], ['x', 0, 0, 0], [new Error('nested')], [[1, 2]]];
@@ -491,7 +480,6 @@ describe('redis store specifics', () => {
     });
     client.on('error', () => {});
     const store = createRedisCounterStore(client);
-    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
     const plan = buildPlan(`${redis.prefix}down:`, 'lim', [plain], { ip: 'a' }, T0);
     const results = await Promise.allSettled([
       store.run(plan, { nowMs: T0, cost: 1, mode: 'check' }),
