@@ -520,12 +520,13 @@ describe('pre-signed links', () => {
   it('resume through curl -C -, wget -c and aria2c -x 4 to the exact bytes', async () => {
     const link = await presign(owner.key, target);
     const curl = path.join(dir, 'link-curl.bin');
-    const first = await run('curl', ['-sS', '--fail', '--limit-rate', '2M', '--max-time', '1.5', '-o', curl, link.url]);
-    expect(first.code).not.toBe(0);
-    expect(await sizeOf(curl)).toBeGreaterThan(0);
-    expect(await sizeOf(curl)).toBeLessThan(data.length);
-    const resumed = await run('curl', ['-sS', '--fail', '-C', '-', '-o', curl, link.url]);
+    // What a download cut at 3 MiB leaves (curl's own --limit-rate cut let a CI run through whole,
+    // so the cut is made here; wget and aria2c below are cut for real).
+    await writeFile(curl, data.subarray(0, 3 * MiB));
+    const resumed = await run('curl', ['-sS', '--fail', '-C', '-', '-w', '%{http_code}', '-o', curl, link.url]);
     expect(resumed.code, resumed.stderr).toBe(0);
+    // Resumed from where the file stopped, not fetched again whole.
+    expect(resumed.stdout).toBe('206');
     expect(sha256(await readFile(curl))).toBe(sha256(data));
 
     const wget = path.join(dir, 'link-wget.bin');
