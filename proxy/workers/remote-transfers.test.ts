@@ -225,6 +225,25 @@ async function run(timers: ManualTimers, ms: number): Promise<void> {
 }
 
 describe('a worker’s paced takes when the coordinating process does not answer', () => {
+  it('shared profile: an unpaced upload quantum is the coordinating process’s too, so one standing still past the lease permit grants none', async () => {
+    // The writer of two gateways with no upload ceiling: what the lease permits is known only to the
+    // coordinating process, which checks it before each grant.
+    const shared = {
+      ...config,
+      shared: { slots: 2, slot: 0, downloadBytesPerSec: 1_048_576, downloadBytesPerSecPerPrincipal: 0 },
+    } as typeof config;
+    const { timers, channels, transfers } = instance({ configured: shared });
+    const meter = transfers.meter('upload', 'p', 1);
+    await meter.take(65_536);
+    channels.stop();
+    // Past the 8 s permit: a new quantum must not pass on the worker's word alone.
+    await run(timers, 9000);
+    const asked = track(meter.take(65_536));
+    await run(timers, TAKE_CHECK_INTERVAL_MS + TAKE_CHECK_DEADLINE_MS);
+    expect(asked.seen).toBe('unavailable');
+    expect(transfers.unanswered).toEqual({ download: 0, upload: 1 });
+  });
+
   it('a waiting take fails 503 unavailable once a check goes unanswered, within the interval plus the deadline, once logged and counted', async () => {
     const { timers, channels, transfers, silences } = instance({ configured: paced });
     const meter = transfers.meter('download', 'p', 1);

@@ -3,7 +3,10 @@
  * of the coordinating process (policy-host.ts), so the bounds are the instance's. What needs no
  * shared state stays here: with both ceilings of a direction off and no group or repository
  * ceiling, a stream's takes pass at once on this worker's own governor (nothing to share; it still
- * counts the bytes for /metrics).
+ * counts the bytes for /metrics) — except in the shared profile, where only the coordinating process
+ * knows whether the slot lease still permits a grant: a worker knows only what it was told, so one
+ * beside a coordinating process that stands still would grant upload quanta long after the permit
+ * lapsed. There every take is the coordinating process's, watched like a paced one.
  *
  * A coordinating process that does not answer (stopped, stuck in a long synchronous task) must not
  * hold a worker's requests without bound: an admission waits at most the instance's own wait bound
@@ -72,9 +75,12 @@ export function createRemoteTransfers(
   const base = createTransfers(config, clock, standing);
   const local = base.governors;
   const limits = governorCeilings(config);
+  // Passing at once here needs no lease to check: standalone, where the permit ends only when the
+  // instance is fenced, which the worker is told of.
+  const standalone = !config.shared;
   const unlimited = {
-    download: limits.downloadBytesPerSec === 0 && limits.downloadBytesPerSecPerPrincipal === 0,
-    upload: limits.uploadBytesPerSec === 0 && limits.uploadBytesPerSecPerPrincipal === 0,
+    download: standalone && limits.downloadBytesPerSec === 0 && limits.downloadBytesPerSecPerPrincipal === 0,
+    upload: standalone && limits.uploadBytesPerSec === 0 && limits.uploadBytesPerSecPerPrincipal === 0,
   };
   let latest: PolicySnapshot = {
     admission: base.admission.snapshot(),
