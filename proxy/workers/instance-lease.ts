@@ -55,8 +55,9 @@ export async function joinInstanceLease(
     get fencedReason() {
       return fencedReason();
     },
-    // Every grant of a limited stream is the coordinating process's, which checks the lease itself;
-    // this worker's own governors (streams no ceiling applies to) stop once it is fenced.
+    // Every grant of a limited stream, and in the shared profile of every stream, is the coordinating
+    // process's, which checks the lease itself; this worker's own governors (standalone streams no
+    // ceiling applies to, whose permit ends only with a fence it is told of) stop once it is fenced.
     isPermitted: () => fencedReason() === undefined,
     onFenced(listener) {
       listeners.push(listener);
