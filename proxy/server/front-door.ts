@@ -138,7 +138,7 @@ export function installFrontDoor(
   });
   const timeouts = new Timeouts(server, limits, log);
   // A TLS listener speaks HTTP/2 too: sessions and streams get the same bounds (front-door/http2.ts).
-  const h2 = new Http2Front(server as unknown as Http2Server, limits, log, timeouts.counts);
+  const h2 = new Http2Front(server as unknown as Http2Server, limits, log, timeouts);
   answerClientErrors(server, log, answeredEarly);
   answerNodeAnswers(server, log, answeredEarly);
 

@@ -45,6 +45,7 @@ import { announcesBody, stateOf } from './connection-state.ts';
 import { type FrontDoorTimeouts, idleAction } from './timeouts.ts';
 import { isPacing } from './pacing.ts';
 import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-session-watch.ts';
+import type { TimeoutLines } from './timeout-lines.ts';
 import { type Held, SEND_BUDGET, SendBudget, type StallPhase, StallWatch } from './http2-send-budget.ts';
 import type { Http2Request, Http2Response } from '../http2-messages.ts';
 import { type Clock, systemClock } from '../../../policy/clock.ts';
@@ -177,6 +178,7 @@ export class Http2Front {
   readonly #limits: FrontDoorTimeouts;
   readonly #log: Logger;
   readonly #timeoutCounts: { body: number; send: number };
+  readonly #timeoutLines: TimeoutLines;
   readonly #watch: SessionWatchDeps;
   /** A flood's lines, per kind: anyone can open sessions and flood them as fast as they can connect. */
   readonly #floodLines = new LogBudget(CLIENT_FAULT_LOG);
@@ -185,12 +187,14 @@ export class Http2Front {
     server: Http2Server,
     limits: FrontDoorTimeouts,
     log: Logger,
-    timeoutCounts: { body: number; send: number },
+    /** HTTP/1.1's timeouts (timeouts.ts): one count and one bound on lines for both. */
+    timeouts: { readonly counts: { body: number; send: number }; readonly lines: TimeoutLines },
     time: { clock: Clock; timers: Timers } = SYSTEM_WATCH,
   ) {
     this.#limits = limits;
     this.#log = log;
-    this.#timeoutCounts = timeoutCounts;
+    this.#timeoutCounts = timeouts.counts;
+    this.#timeoutLines = timeouts.lines;
     this.#watch = time;
     server.on('session', (session) => this.#track(session));
   }
@@ -344,7 +348,7 @@ export class Http2Front {
     }
     if (cut === 0) return;
     this.#timeoutCounts[phase] += cut;
-    this.#log.info(
+    this.#timeoutLines.write(
       {
         code: 'client_timeout',
         phase: body ? 'request_body' : 'response',
@@ -454,7 +458,7 @@ export class Http2Front {
       }
       if (action.kind === 'answer408') {
         this.#timeoutCounts.body++;
-        this.#log.info(
+        this.#timeoutLines.write(
           { code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs, protocol: 'h2' },
           'no request body byte in time; answering 408 and resetting the stream',
         );
@@ -469,7 +473,7 @@ export class Http2Front {
       }
       const counter = action.kind === 'cut' ? action.counter : 'send';
       this.#timeoutCounts[counter]++;
-      this.#log.info(
+      this.#timeoutLines.write(
         {
           code: 'client_timeout',
           phase: action.kind === 'cut' ? action.phase : 'response',

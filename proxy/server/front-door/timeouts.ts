@@ -15,6 +15,7 @@ import { BODY_TIMEOUT } from '../errors.ts';
 import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
 import { isPacing } from './pacing.ts';
+import { TimeoutLines } from './timeout-lines.ts';
 
 export interface FrontDoorTimeouts {
   readonly headersTimeoutMs: number;
@@ -69,15 +70,16 @@ export function idleAction(c: IdleConnection): IdleAction {
 export class Timeouts {
   /** Connections closed because the client idled past the body or send timeout. */
   readonly counts = { body: 0, send: 0 };
+  /** Their lines, bounded per phase (HTTP/2's streams write theirs here too). */
+  readonly lines: TimeoutLines;
   readonly #limits: FrontDoorTimeouts;
-  readonly #log: Logger;
   /** Each connection's keep-alive timer (#watchKeepAlive), one at a time. */
   readonly #keepAlive = new WeakMap<Socket, NodeJS.Timeout>();
 
   constructor(server: http.Server, limits: FrontDoorTimeouts, log: Logger) {
     this.#limits = limits;
-    this.#log = log;
-    server.on('timeout', (socket: Socket) => this.#onIdle(socket, log));
+    this.lines = new TimeoutLines(log);
+    server.on('timeout', (socket: Socket) => this.#onIdle(socket));
   }
 
   /** Arms the idle timeout for a request just admitted: the body's first, then the response's. */
@@ -143,7 +145,7 @@ export class Timeouts {
         const now = sentBytes(socket);
         if (now !== taken || socket.writableLength === 0) check(now);
         // Bytes queued toward the client and none taken: its silence, whatever the pacing.
-        else this.#onIdle(socket, this.#log, false);
+        else this.#onIdle(socket, false);
       }, ms);
       timer.unref();
     };
@@ -152,7 +154,7 @@ export class Timeouts {
   }
 
   // A socket idle past its current timeout: which one depends on what the connection is doing.
-  #onIdle(socket: Socket, log: Logger, pacingCounts = true): void {
+  #onIdle(socket: Socket, pacingCounts = true): void {
     const state = stateOf(socket);
     const { req, res } = state ?? {};
     const inRequest = state !== undefined && state.active !== 0 && req !== undefined && res !== undefined;
@@ -176,7 +178,7 @@ export class Timeouts {
     const limits = this.#limits;
     if (action.kind === 'answer408') {
       this.counts.body++;
-      log.info(
+      this.lines.write(
         { code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs },
         'no request body byte in time; answering 408 and closing',
       );
@@ -184,7 +186,7 @@ export class Timeouts {
       return;
     }
     this.counts[action.counter]++;
-    log.info(
+    this.lines.write(
       {
         code: 'client_timeout',
         phase: action.phase,
