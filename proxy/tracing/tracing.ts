@@ -83,13 +83,22 @@ const requestHeaders = {
   keys: (carrier: IncomingMessage['headers']) => Object.keys(carrier),
 };
 
-/** Parsed `host[:port]` of the Host header; undefined when absent. */
+/** The largest TCP port: a Host's "port" past it is no port. */
+const MAX_PORT = 65_535;
+
+/**
+ * Parsed `host[:port]` of the Host header; undefined when absent. The port only when it is one: a
+ * client's digits past 65535 (30 of them make an integer no int64 holds) would go out as an
+ * `intValue` the collector cannot read, and it refuses the whole export, every other request's
+ * spans in it too.
+ */
 function hostOf(req: IncomingMessage): { address: string; port: number | undefined } | undefined {
   const host = req.headers.host;
   if (!host) return undefined;
   const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(host);
   if (!m) return undefined;
-  return { address: m[1]!, port: m[2] === undefined ? undefined : Number(m[2]) };
+  const port = m[2] !== undefined && m[2].length <= 5 ? Number(m[2]) : undefined;
+  return { address: m[1]!, port: port !== undefined && port <= MAX_PORT ? port : undefined };
 }
 
 /**
