@@ -136,6 +136,9 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   let stalled = 0;
   let lastError: unknown;
   let lastReport = Number.NEGATIVE_INFINITY;
+  // Bytes held from an earlier run are whole only once a gateway says so in this one (its 416 to
+  // the If-Range resume): the name may hold other bytes by now, or the partial file be another URL's.
+  let confirmed = false;
   // The whole-file digest is computed as bytes arrive; only bytes held from before (a resumed run,
   // or a cut that lost counted bytes) are read back from disk.
   let hash: Hash | undefined;
@@ -157,7 +160,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
 
   for (;;) {
     if (options.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: options.signal.reason });
-    if (state && held === state.total) break;
+    if (confirmed && state && held === state.total) break;
     if (stalled >= maxStalled)
       throw new ArkvoryClientError(
         'gave_up',
@@ -197,6 +200,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
           }
           if (decision.offset === 0 && held > 0) held = 0;
           state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
+          confirmed = true;
           await writeFile(stateFile, JSON.stringify(state));
           if (!hash || hashed !== decision.offset) {
             hash = await hashPrefix(partial, decision.offset);
@@ -231,6 +235,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
           // The range starts at the end: what we hold is the whole (a body without a length ends here).
           await res.body.dump();
           if (state) state = { ...state, total: held };
+          confirmed = true;
           break;
         case 'restart':
           await res.body.dump();

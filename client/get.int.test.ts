@@ -162,6 +162,36 @@ describe('arkvory get against one gateway', () => {
     expect(existsSync(`${output}.partial`)).toBe(false);
   });
 
+  it('asks the gateway before taking a whole partial file from a killed run: the name may hold other bytes now', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/replaced.bin';
+    const before = randomContent(64 * 1024);
+    const after = randomContent(64 * 1024);
+    await put(gw, key, name, before);
+    const output = path.join(dir, 'replaced.bin');
+    // An earlier run got every byte and was killed before its rename.
+    const leftBehind = async () => {
+      await writeFile(`${output}.partial`, before);
+      await writeFile(
+        `${output}.partial.json`,
+        JSON.stringify({ etag: `"${sha256(before)}"`, total: before.length, digestHex: sha256(before) }),
+      );
+    };
+    await leftBehind();
+    // Unchanged: the gateway's 416 to the resume says the bytes held are the whole; none is sent again.
+    const kept = await download({ url: `${gw.url}${name}/content`, output, key });
+    expect(kept).toMatchObject({ sha256: sha256(before), attempts: 1 });
+    expect(sha256(await readFile(output))).toBe(sha256(before));
+
+    await leftBehind();
+    expect((await request(`${gw.url}${name}`, { method: 'DELETE', headers: bearer(key) })).status).toBe(204);
+    await put(gw, key, name, after);
+    const fetched = await download({ url: `${gw.url}${name}/content`, output, key });
+    expect(fetched.sha256).toBe(sha256(after));
+    expect(sha256(await readFile(output))).toBe(sha256(after));
+    expect(existsSync(`${output}.partial`)).toBe(false);
+    expect(existsSync(`${output}.partial.json`)).toBe(false);
+  });
+
   it('carries the gateway code in its errors', async () => {
     const error = await download({
       url: `${gw.url}/api/v1/repositories/dl/artifacts/none/content`,

@@ -38,6 +38,13 @@ describe('resuming client decisions', () => {
     expect(decide(416, range, 500, { etag: `"${SHA}"`, total: -1 })).toEqual({ kind: 'complete' });
   });
 
+  it('takes a 416 of another ETag as another representation, even where the bytes held end', () => {
+    const held = { etag: `"${SHA}"`, total: 500 };
+    const other = { 'content-range': 'bytes */500', etag: `"${'cd'.repeat(32)}"` };
+    expect(decide(416, other, 500, held)).toEqual({ kind: 'restart' });
+    expect(decide(416, { ...other, etag: `"${SHA}"` }, 500, held)).toEqual({ kind: 'complete' });
+  });
+
   it('treats 416 at the end as complete and before it as a restart', () => {
     expect(decide(416, { 'content-range': 'bytes */1000' }, 1000)).toEqual({ kind: 'complete' });
     expect(decide(416, { 'content-range': 'bytes */500' }, 1000)).toEqual({ kind: 'restart' });

@@ -65,7 +65,8 @@ export interface HeldRepresentation {
  * when bytes of `held` are kept). A 200 to a ranged request means the representation changed
  * (If-Range failed) or the server ignores ranges: start over from 0. A server or mirror that
  * ignores If-Range answers for whatever it holds now, so a 206 of another ETag, or a 416 saying
- * the object ends at `offset` when `held` is longer, cannot continue the bytes held: start over.
+ * the object ends at `offset` when `held` is longer or that carries another ETag, cannot continue (or
+ * end) the bytes held: start over.
  */
 export function decide(status: number, headers: Headers, offset: number, held?: HeldRepresentation): Decision {
   if (status === 200) {
@@ -94,7 +95,12 @@ export function decide(status: number, headers: Headers, offset: number, held?: 
   if (status === 416) {
     const total = /^bytes \*\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
     const ends = total !== null && Number(total[1]) === offset;
-    return ends && (!held || held.total < 0 || held.total === offset) ? { kind: 'complete' } : { kind: 'restart' };
+    // A 416 of another ETag is about another representation, however long (the gateway sends its ETag).
+    const etag = strongEtag(headers);
+    const same = !held || etag === undefined || etag === held.etag;
+    return ends && same && (!held || held.total < 0 || held.total === offset)
+      ? { kind: 'complete' }
+      : { kind: 'restart' };
   }
   if (status === 429) return { kind: 'wait', ms: 0 };
   if (status === 502 || status === 503 || status === 504) return { kind: 'failover' };
