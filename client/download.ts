@@ -11,9 +11,9 @@
  * its permission bits and owner (replaced-file.ts); the partial file is created with its bits too.
  */
 import { createHash, type Hash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { constants } from 'node:fs';
-import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { access, lstat, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -102,9 +102,26 @@ async function hashPrefix(file: string, bytes?: number): Promise<Hash> {
   return hash;
 }
 
+/**
+ * The output's directory may be writable by others (a shared one): a symlink planted at the partial
+ * or state file's name would have this run write the file it points at. Both are opened without
+ * following one (a link planted between the check below and the open fails the open instead).
+ */
+const { O_CREAT, O_NOFOLLOW, O_RDONLY, O_TRUNC, O_WRONLY } = constants;
+const CREATE = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW;
+
+/** Removes a symlink (not what it points at), or other non-file, at `file`; a directory is left to fail the open. */
+async function dropSymlink(file: string): Promise<void> {
+  const stats = await lstat(file).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return undefined;
+    throw err;
+  });
+  if (stats !== undefined && !stats.isFile() && !stats.isDirectory()) await rm(file, { force: true });
+}
+
 async function readState(file: string): Promise<PartialState | undefined> {
   try {
-    const state = JSON.parse(await readFile(file, 'utf8')) as PartialState;
+    const state = JSON.parse(await readFile(file, { encoding: 'utf8', flag: O_RDONLY | O_NOFOLLOW })) as PartialState;
     return typeof state.etag === 'string' && Number.isSafeInteger(state.total) ? state : undefined;
   } catch {
     return undefined;
@@ -126,6 +143,8 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   const replacing = await replacedFileOf(options.output);
   const partialMode = replacing === undefined ? 0o666 : replacing.mode | 0o600;
 
+  await dropSymlink(partial);
+  await dropSymlink(stateFile);
   let state = await readState(stateFile);
   let held = state ? await sizeOf(partial) : 0;
   if (!state) await rm(partial, { force: true });
@@ -201,7 +220,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
           if (decision.offset === 0 && held > 0) held = 0;
           state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
           confirmed = true;
-          await writeFile(stateFile, JSON.stringify(state));
+          await writeFile(stateFile, JSON.stringify(state), { flag: CREATE });
           if (!hash || hashed !== decision.offset) {
             hash = await hashPrefix(partial, decision.offset);
             hashed = decision.offset;
@@ -217,14 +236,8 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
             },
           });
           try {
-            await pipeline(
-              res.body,
-              counter,
-              createWriteStream(
-                partial,
-                decision.offset === 0 ? { flags: 'w', mode: partialMode } : { flags: 'r+', start: decision.offset },
-              ),
-            );
+            const file = await open(partial, decision.offset === 0 ? CREATE : O_WRONLY | O_NOFOLLOW, partialMode);
+            await pipeline(res.body, counter, file.createWriteStream({ start: decision.offset }));
           } finally {
             // What is on disk is the truth (a chunk counted may not have been written).
             held = await sizeOf(partial);

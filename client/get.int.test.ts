@@ -8,7 +8,7 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
-import { chmod, chown, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, open, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -190,6 +190,32 @@ describe('arkvory get against one gateway', () => {
     expect(sha256(await readFile(output))).toBe(sha256(after));
     expect(existsSync(`${output}.partial`)).toBe(false);
     expect(existsSync(`${output}.partial.json`)).toBe(false);
+  });
+
+  it('never writes through a symlink planted at its partial file or its state file', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/planted.bin';
+    const body = randomContent(32 * 1024);
+    await put(gw, key, name, body);
+    // Someone who may write the output's directory (a shared one) points both names at files of ours.
+    const victims = { partial: path.join(dir, 'victim-a.txt'), state: path.join(dir, 'victim-b.txt') };
+    await writeFile(victims.partial, 'precious a\n');
+    await writeFile(victims.state, 'precious b\n');
+    const output = path.join(dir, 'planted.bin');
+    await symlink(victims.partial, `${output}.partial`);
+    await symlink(victims.state, `${output}.partial.json`);
+    const got = await download({ url: `${gw.url}${name}/content`, output, key });
+    expect(got.sha256).toBe(sha256(body));
+    expect(sha256(await readFile(output))).toBe(sha256(body));
+    expect(await readFile(victims.partial, 'utf8')).toBe('precious a\n');
+    expect(await readFile(victims.state, 'utf8')).toBe('precious b\n');
+
+    // A state file of the right shape beside the planted link: the resume still starts a file of its own.
+    await rm(output);
+    await writeFile(`${output}.partial.json`, JSON.stringify({ etag: '"x"', total: body.length, digestHex: null }));
+    await symlink(victims.partial, `${output}.partial`);
+    await download({ url: `${gw.url}${name}/content`, output, key });
+    expect(sha256(await readFile(output))).toBe(sha256(body));
+    expect(await readFile(victims.partial, 'utf8')).toBe('precious a\n');
   });
 
   it('carries the gateway code in its errors', async () => {
