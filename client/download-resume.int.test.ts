@@ -13,7 +13,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { download } from './index.ts';
+import { download, upload } from './index.ts';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const reprDigest = (b: Buffer) => `sha-256=:${createHash('sha256').update(b).digest('base64')}:`;
@@ -92,6 +92,37 @@ describe('arkvory get against a mirror that ignores If-Range', () => {
       expect(asked.at(-1)?.range).toBeUndefined();
     } finally {
       await mirror.close();
+    }
+  });
+});
+
+describe('a key no header can carry (a zero-width space pasted along with it)', () => {
+  it('is invalid_argument at once, for download and upload alike: no request, no retry, not quoted', async () => {
+    let asked = 0;
+    const server = await listen((_req, res) => {
+      asked++;
+      res.writeHead(503).end();
+    });
+    const key = `ark_${'a'.repeat(16)}_\u200b${'B'.repeat(42)}`;
+    let slept = 0;
+    const sleep = async () => {
+      slept++;
+    };
+    const file = path.join(dir, 'to-upload.bin');
+    await writeFile(file, 'bytes');
+    try {
+      for (const attempt of [
+        () => download({ url: `${server.url}/f/content`, output: path.join(dir, 'pasted.bin'), key, sleep }),
+        () => upload({ file, url: `${server.url}/f`, key, sleep }),
+      ]) {
+        const error = await attempt().catch((e: unknown) => e);
+        expect(error).toMatchObject({ code: 'invalid_argument' });
+        expect((error as Error).message).not.toContain('B'.repeat(42));
+      }
+      expect(asked).toBe(0);
+      expect(slept).toBe(0);
+    } finally {
+      await server.close();
     }
   });
 });

@@ -20,7 +20,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import { KeyScope } from './credential-scope.ts';
-import { ArkvoryClientError, gatewayError } from './errors.ts';
+import { ArkvoryClientError, gatewayError, unsendable } from './errors.ts';
 import type { Progress } from './progress.ts';
 import { replacedFileOf, takeOver } from './replaced-file.ts';
 import { backoffMs, decide, mirrorUrl, retryAfterMs } from './retry-decision.ts';
@@ -271,6 +271,8 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
       }
     } catch (err) {
       if (options.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: err });
+      const refused = unsendable(err);
+      if (refused) throw refused;
       if (err instanceof ArkvoryClientError && !failover) throw err;
       if (FILE_SYSCALLS.has(String((err as NodeJS.ErrnoException).syscall))) throw err;
       // A dropped connection, a reset, a timeout: this gateway failed us; try the next one.

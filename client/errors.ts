@@ -14,7 +14,7 @@ export const CLIENT_ERRORS = {
   upload_failed: 'The gateway could not complete the upload.',
   /** An AbortSignal ended the transfer. */
   aborted: 'The transfer was aborted.',
-  /** Bad arguments: no URL, a target path that names nothing. */
+  /** Bad arguments: no URL, a target path that names nothing, a key no HTTP header can carry (never retried). */
   invalid_argument: 'Invalid argument.',
 } as const;
 
@@ -34,6 +34,19 @@ export class ArkvoryClientError extends Error {
     this.code = code;
     this.status = options?.status;
   }
+}
+
+/**
+ * A request undici refuses to build (a header value HTTP cannot carry: a key pasted with a control
+ * or non-ASCII character), as `invalid_argument`; undefined for any other error. No gateway can
+ * change it, so it is never retried as a failed gateway would be. Its message names the header,
+ * never its value.
+ */
+export function unsendable(err: unknown): ArkvoryClientError | undefined {
+  if ((err as { code?: unknown } | null)?.code !== 'UND_ERR_INVALID_ARG') return undefined;
+  return new ArkvoryClientError('invalid_argument', `The request cannot be sent: ${(err as Error).message}.`, {
+    cause: err,
+  });
 }
 
 /** The error a gateway's JSON error body describes (`{ code, message }`), or a generic `http_<status>`. */

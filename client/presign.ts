@@ -1,5 +1,5 @@
 import { request, type Dispatcher } from 'undici';
-import { gatewayError } from './errors.ts';
+import { gatewayError, unsendable } from './errors.ts';
 
 export interface PresignedLink {
   readonly url: string;
@@ -25,6 +25,8 @@ export async function presign(options: {
     body: JSON.stringify(options.expiresInSeconds === undefined ? {} : { expiresInSeconds: options.expiresInSeconds }),
     ...(options.signal ? { signal: options.signal } : {}),
     ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+  }).catch((err: unknown) => {
+    throw unsendable(err) ?? err;
   });
   const text = await res.body.text();
   if (res.statusCode !== 201) throw gatewayError(res.statusCode, text);

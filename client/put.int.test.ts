@@ -158,5 +158,18 @@ describe('arkvory put', () => {
     expect(unwritable.code).toBe(1);
     expect(unwritable.stderr).toMatch(/^arkvory: io: ENOENT/);
     expect((await runCli(['get'], cliEnv())).code).toBe(2);
+    // A key no header can carry (a zero-width space pasted along with it): refused at once, exit 2,
+    // not retried as a failing gateway nor answered with a stack, and not quoted back.
+    const pasted = `${key.slice(0, 20)}\u200b${key.slice(20)}`;
+    for (const args of [
+      ['put', path.join(dir, 'small.bin'), 'up/x.bin'],
+      ['get', 'up/pkg/1.0/small.bin', '-o', path.join(dir, 'pasted.bin')],
+      ['presign', 'up', 'pkg/1.0/small.bin'],
+    ]) {
+      const refused = await runCli(args, { ...cliEnv(), ARKVORY_KEY: pasted });
+      expect(refused.code, args[0]).toBe(2);
+      expect(refused.stderr, args[0]).toContain('no request was sent');
+      expect(refused.stderr, args[0]).not.toContain(key.slice(20));
+    }
   });
 });

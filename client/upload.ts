@@ -14,7 +14,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import { pathOnOrigin } from './credential-scope.ts';
-import { ArkvoryClientError, gatewayError } from './errors.ts';
+import { ArkvoryClientError, gatewayError, unsendable } from './errors.ts';
 import { backoffMs, retryAfterMs } from './retry-decision.ts';
 
 const MiB = 1024 * 1024;
@@ -271,6 +271,8 @@ class Requests {
         if (attempt >= maxAttempts) throw error;
       } catch (err) {
         if (o.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: err });
+        const refused = unsendable(err);
+        if (refused) throw refused;
         if (err instanceof ArkvoryClientError || attempt >= maxAttempts) throw err;
         waitMs = backoffMs(attempt);
       }

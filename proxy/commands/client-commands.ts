@@ -66,6 +66,18 @@ async function keyFrom(
   return undefined;
 }
 
+/**
+ * `key` when every character of it is printable ASCII, as every key is. Anything else (a second
+ * line, a zero-width space pasted along with it) no header can carry: refused before any request,
+ * rather than retried as a failing gateway. The key is not quoted back.
+ */
+export function sendableKey(key: string): string {
+  if (/^[\x21-\x7e]+$/.test(key)) return key;
+  throw new UsageError(
+    'the API key (ARKVORY_KEY, or the key file) holds a blank, a control or a non-ASCII character (a second line, or one pasted along with it); no request was sent',
+  );
+}
+
 /** `text` when it is an http(s) URL; else a usage error naming `what` (not quoting it: a link or user info is a credential). */
 export function httpUrl(text: string, what: string): string {
   const protocol = URL.canParse(text) ? new URL(text).protocol : undefined;
@@ -177,7 +189,7 @@ ${CONNECTION_NOTE}`,
               url,
               mirrors,
               output: path.resolve(output),
-              key: isLink ? undefined : key,
+              key: isLink || key === undefined ? undefined : sendableKey(key),
               keyOrigins,
               signal: controller.signal,
               onProgress: printer.onProgress,
@@ -258,7 +270,7 @@ ${CONNECTION_NOTE}`,
       },
       async run(input, env) {
         const [file, target] = input.positionals;
-        const key = (await keyFrom(input.string('key-file'), env, true))!;
+        const key = sendableKey((await keyFrom(input.string('key-file'), env, true))!);
         const threshold = input.string('threshold');
         const partSize = input.string('part-size');
         const concurrencyText = input.string('concurrency');
@@ -313,7 +325,7 @@ ${CONNECTION_NOTE}`,
       },
       async run(input, env) {
         const [repo, target] = input.positionals;
-        const key = (await keyFrom(input.string('key-file'), env, true))!;
+        const key = sendableKey((await keyFrom(input.string('key-file'), env, true))!);
         const base = gatewayUrl(input.string('url'), env);
         if (!base) throw new UsageError('no gateway: give --url or set ARKVORY_URL');
         const expires = input.string('expires');
