@@ -25,6 +25,11 @@ import type { OriginRead, SliceCache, SliceSource } from './slice-cache.ts';
 
 export interface SliceCachedStoreOptions {
   readonly readaheadSlices: number;
+  /**
+   * Longest a small response waits for its slice's check before its status line
+   * (ARKVORY_STORAGE_TIMEOUT_SECONDS): past it, it goes out as a larger one does.
+   */
+  readonly verifyWaitMs: number;
 }
 
 /** Responses this small (within one slice) wait for the slice's check before the status line (a 502 instead of a cut). */
@@ -75,10 +80,17 @@ export function withSliceCache(
         if (source.kind === 'fill') {
           await source.fill.opened;
           const total = ranges.reduce((n, r) => n + r.end - r.start + 1, 0);
-          if (covered.first === covered.last && total <= VERIFY_BEFORE_HEADERS_BYTES) {
-            await source.fill.done;
-            if (source.fill.state === 'failed') throw source.fill.error;
-          }
+          // Bounded: a store trickling the slice (each piece within its silence bound) would hold
+          // this request, and every one joined to the fill, without a status line for as long as
+          // it trickles, a client that left unnoticed. Past the bound the response goes out and is
+          // sent as a larger one is: its last byte only once verified, cut on a mismatch.
+          if (
+            covered.first === covered.last &&
+            total <= VERIFY_BEFORE_HEADERS_BYTES &&
+            (await settlesWithin(source.fill.done, options.verifyWaitMs)) &&
+            source.fill.state === 'failed'
+          )
+            throw source.fill.error;
         }
       } catch (err) {
         await reader.close();
@@ -87,6 +99,15 @@ export function withSliceCache(
       return reader;
     },
   };
+}
+
+/** Whether `done` settled within `ms` (false: it goes on, unwaited). */
+function settlesWithin(done: Promise<void>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  return Promise.race([done.then(() => true), late]).finally(() => clearTimeout(timer));
 }
 
 /** A reader over bytes already in memory (a small blob read whole from its slice file). */

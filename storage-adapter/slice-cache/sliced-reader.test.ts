@@ -87,7 +87,7 @@ function storeOver(cache: SliceCache, blob: Buffer, readaheadSlices: number): Ar
   const origin = originOf(() => blob);
   const inner = { openBlob: (_sha: string, ranges: readonly ByteRange[]) => origin.read(ranges[0]!) };
   const digests = { get: async () => d } as unknown as DigestDirectory;
-  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, { readaheadSlices });
+  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, { readaheadSlices, verifyWaitMs: 30_000 });
 }
 
 describe('a read through the slice cache', () => {
@@ -166,5 +166,53 @@ describe('acquiring slices', () => {
     expect(origin.opened).toEqual([{ start: 0, end: 2 * SLICE - 1 }]);
     expect(cache.stats.abandonedFills).toBe(1);
     cache.release(second);
+  });
+});
+
+describe('a small response through the slice cache', () => {
+  it('waits for its slice check before its status line only as long as the store may take, then goes on as a larger one', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(2 * SLICE);
+    const d = digestsOf(blob);
+    // A store trickling the slice: its first half at once, the rest only once let go (each piece
+    // within the store's silence bound, so nothing times out).
+    let letGo!: () => void;
+    const held = new Promise<void>((resolve) => {
+      letGo = resolve;
+    });
+    const inner = {
+      openBlob: async (_sha: string, [range]: readonly ByteRange[]) =>
+        ({
+          sizeBytes: blob.length,
+          async read(buffer, offset, length, position) {
+            if (position >= range!.start + SLICE / 2) await held;
+            const n = Math.max(0, Math.min(length, SLICE / 4, range!.end + 1 - position));
+            blob.copy(buffer, offset, position, position + n);
+            return { bytesRead: n };
+          },
+          async close() {},
+        }) satisfies BlobReader,
+    };
+    const store = withSliceCache(
+      inner as unknown as ArtifactStore,
+      cache,
+      { get: async () => d } as unknown as DigestDirectory,
+      {
+        readaheadSlices: 0,
+        verifyWaitMs: 50,
+      },
+    );
+    const started = Date.now();
+    const opening = store.openBlob(SHA, [{ start: 10, end: 19 }]);
+    const outcome = await Promise.race([opening, new Promise((r) => setTimeout(() => r('still waiting'), 2000))]);
+    letGo();
+    expect(outcome).not.toBe('still waiting');
+    expect(Date.now() - started).toBeLessThan(1000);
+    const reader = await opening;
+    // Its bytes are still withheld until the slice is verified: the last one comes after the check.
+    const out = Buffer.alloc(10);
+    for (let at = 0; at < 10; ) at += (await reader.read(out, at, 10 - at, 10 + at)).bytesRead;
+    expect(out.equals(blob.subarray(10, 20))).toBe(true);
+    await reader.close();
   });
 });
