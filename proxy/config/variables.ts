@@ -458,7 +458,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS',
     kind: { type: 'int', min: 1, max: 3600 },
     defaultValue: '30',
-    doc: 'Static-HTTP and S3 stores: longest wait for response headers, longest silence inside a body, longest time a store takes no byte of an upload, and longest a small answer read whole (an error, a listing, `storage-id`) takes to arrive; before the first byte → 504 `upstream_timeout`, after → the response is cut.',
+    doc: 'Static-HTTP and S3 stores: longest wait for response headers, longest silence inside a body, longest time a store takes no byte of an upload, and longest a small answer read whole (an error, a listing, `storage-id`) takes to arrive (and a small blob read whole for the blob cache, or a small answer waiting for its slice check, before it goes on uncached or unchecked: docs/storage-and-content.md); before the first byte → 504 `upstream_timeout`, after → the response is cut.',
   },
   {
     name: 'ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS',

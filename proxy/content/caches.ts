@@ -127,7 +127,10 @@ export function createContentCaches(services: Services): ContentCaches {
       if (caches.blobBytes === 0 || caches.blobMaxObjectBytes === 0) return store;
       const blobs = new SmallBlobCache({ maxBytes: caches.blobBytes, maxObjectBytes: caches.blobMaxObjectBytes });
       sources.push(() => blobs.stats());
-      return withSmallBlobCache(store, blobs);
+      // A remote store's small blob is read whole before its response within the store's timeout.
+      return withSmallBlobCache(store, blobs, {
+        readWholeMs: inner.kind === 'fs' ? undefined : services.config.storage.timeoutMs,
+      });
     },
     stats: () => sources.map((read) => read()),
     sliceCache: () => slices,

@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { ArtifactStore } from '../store.ts';
+import type { ArtifactStore, BlobReader } from '../store.ts';
 import { bufferReader, SmallBlobCache, withSmallBlobCache } from './small-blob-cache.ts';
 
 describe('SmallBlobCache', () => {
@@ -52,5 +52,47 @@ describe('SmallBlobCache', () => {
     expect(store.cachedBlob!(sha)).toBe(first);
     expect(await store.openBlob(sha)).toBe(first);
     expect(opens).toBe(0);
+  });
+
+  it('reads a blob whole for the cache only as long as the store may take, then relays it uncached', async () => {
+    const bytes = randomBytes(64 * 1024);
+    const sha = createHash('sha256').update(bytes).digest('hex');
+    const cache = new SmallBlobCache({ maxBytes: 1024 * 1024, maxObjectBytes: 256 * 1024 });
+    // A store trickling the blob: its first half at once, then 1 KiB every 30 ms (each piece well
+    // within its silence bound, so nothing times out): a second for the whole.
+    let opens = 0;
+    const inner = {
+      kind: 'http',
+      openBlob: async () => {
+        opens++;
+        return {
+          sizeBytes: bytes.length,
+          async read(buffer: Buffer, offset: number, length: number, position: number) {
+            const slow = position >= bytes.length / 2;
+            if (slow) await new Promise((r) => setTimeout(r, 30));
+            const n = Math.max(0, Math.min(length, slow ? 1024 : 4096, bytes.length - position));
+            bytes.copy(buffer, offset, position, position + n);
+            return { bytesRead: n };
+          },
+          async close() {},
+        };
+      },
+    } as unknown as ArtifactStore;
+    const store = withSmallBlobCache(inner, cache, { readWholeMs: 50 });
+    const started = Date.now();
+    // The first request reads the blob for the cache; the second joins that read.
+    const readers = await Promise.all([store.openBlob(sha), store.openBlob(sha)]);
+    // Both can answer within the bound (plus one piece), not once the trickle ends.
+    expect(Date.now() - started).toBeLessThan(500);
+    const readAll = async (reader: BlobReader) => {
+      const out = Buffer.alloc(bytes.length);
+      for (let at = 0; at < out.length; ) at += (await reader.read(out, at, out.length - at, at)).bytesRead;
+      await reader.close();
+      return out;
+    };
+    for (const out of await Promise.all(readers.map(readAll))) expect(out.equals(bytes)).toBe(true);
+    // Not kept: its bytes were relayed, never checked whole.
+    expect(cache.stats().entries).toBe(0);
+    expect(opens).toBe(2);
   });
 });

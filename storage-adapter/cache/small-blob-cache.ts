@@ -92,10 +92,20 @@ function wantsWholeBlob(ranges: readonly ByteRange[], sizeBytes: number): boolea
   return ranges.length === 0 || (ranges.length === 1 && ranges[0]!.start === 0 && ranges[0]!.end === sizeBytes - 1);
 }
 
-async function readWhole(reader: BlobReader, sha256: string): Promise<Buffer> {
+/**
+ * Reads `reader` whole and checks it (then closes it); or, when that takes longer than `ms` (checked
+ * between reads), stops and hands back what it read with the reader still open (`have` bytes).
+ */
+async function readWhole(reader: BlobReader, sha256: string, ms: number): Promise<{ bytes: Buffer; have?: number }> {
+  const until = Date.now() + ms;
+  let open = true;
   try {
     const bytes = Buffer.allocUnsafe(reader.sizeBytes);
     for (let position = 0; position < bytes.length; ) {
+      if (Date.now() > until) {
+        open = false;
+        return { bytes, have: position };
+      }
       const { bytesRead } = await reader.read(bytes, position, bytes.length - position, position);
       if (bytesRead === 0) throw new Error(`blob ${sha256} ended at byte ${position} of ${bytes.length}`);
       position += bytesRead;
@@ -103,15 +113,44 @@ async function readWhole(reader: BlobReader, sha256: string): Promise<Buffer> {
     const actual = createHash('sha256').update(bytes).digest('hex');
     if (actual !== sha256)
       throw new Error(`blob ${sha256} is damaged (its bytes hash to ${actual}); run arkvory scrub`);
-    return bytes;
+    return { bytes };
   } finally {
-    await reader.close();
+    if (open) await reader.close();
   }
 }
 
+/** The rest of a read given up (readWhole): its first `have` bytes from memory, then `rest` from there on. */
+function resumed(bytes: Buffer, have: number, rest: BlobReader): BlobReader {
+  return {
+    sizeBytes: rest.sizeBytes,
+    read(buffer, offset, length, position, signal) {
+      if (position >= have) return rest.read(buffer, offset, length, position, signal);
+      const n = bytes.copy(buffer, offset, position, Math.min(have, position + length));
+      return Promise.resolve({ bytesRead: n });
+    },
+    close: () => rest.close(),
+  };
+}
+
+export interface SmallBlobCacheStoreOptions {
+  /**
+   * Longest a blob is read whole for the cache before its response may start
+   * (ARKVORY_STORAGE_TIMEOUT_SECONDS for remote stores): past it the read is relayed uncached, and
+   * requests that joined it read on their own. A store trickling a small blob (each piece within
+   * its silence bound) otherwise held every request for it without a status line while it trickled.
+   */
+  readonly readWholeMs?: number;
+}
+
 /** `inner` with small blobs served from `cache`; everything but `openBlob` and `cachedBlob` is the inner store's. */
-export function withSmallBlobCache(inner: ArtifactStore, cache: SmallBlobCache): ArtifactStore {
-  const filling = new Map<string, Promise<Buffer>>();
+export function withSmallBlobCache(
+  inner: ArtifactStore,
+  cache: SmallBlobCache,
+  options: SmallBlobCacheStoreOptions = {},
+): ArtifactStore {
+  const readWholeMs = options.readWholeMs ?? Number.POSITIVE_INFINITY;
+  /** Whole reads in progress: their bytes, or undefined when one was given up (relayed). */
+  const filling = new Map<string, Promise<Buffer | undefined>>();
   return {
     ...inner,
     cachedBlob(sha256) {
@@ -122,15 +161,23 @@ export function withSmallBlobCache(inner: ArtifactStore, cache: SmallBlobCache):
       const hit = cache.get(sha256);
       if (hit) return readerOf(hit);
       const pending = filling.get(sha256);
-      if (pending) return bufferReader(await pending);
+      if (pending) {
+        const bytes = await pending;
+        if (bytes) return bufferReader(bytes);
+        return inner.openBlob(sha256, ranges);
+      }
       const reader = await inner.openBlob(sha256, ranges);
       if (reader.sizeBytes > cache.maxObjectBytes || (inner.kind !== 'fs' && !wantsWholeBlob(ranges, reader.sizeBytes)))
         return reader;
-      const fill = readWhole(reader, sha256).finally(() => filling.delete(sha256));
-      filling.set(sha256, fill);
-      const bytes = await fill;
-      cache.set(sha256, bytes);
-      return bufferReader(bytes);
+      const read = readWhole(reader, sha256, readWholeMs);
+      // Joiners share its failure (a damaged blob is refused to them too, never relayed unchecked).
+      const joinable = read.then((r) => (r.have === undefined ? r.bytes : undefined));
+      joinable.catch(() => {});
+      filling.set(sha256, joinable);
+      const whole = await read.finally(() => filling.delete(sha256));
+      if (whole.have !== undefined) return resumed(whole.bytes, whole.have, reader);
+      cache.set(sha256, whole.bytes);
+      return bufferReader(whole.bytes);
     },
   };
 }
