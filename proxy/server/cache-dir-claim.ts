@@ -5,8 +5,13 @@
  * instance is left; each worker joins it for its life, so workers left draining by a killed
  * coordinating process still count.
  */
-import { mkdir } from 'node:fs/promises';
-import { joinDirectory, lockDirectory, noWorkersLeft } from '../../storage-adapter/slice-cache/index.ts';
+import { mkdir, readdir } from 'node:fs/promises';
+import {
+  foreignEntries,
+  joinDirectory,
+  lockDirectory,
+  noWorkersLeft,
+} from '../../storage-adapter/slice-cache/index.ts';
 import type { Config } from '../config/config.ts';
 import { StartupCheckError } from './startup-checks.ts';
 
@@ -20,11 +25,24 @@ export class CacheDirClaim {
 
   /**
    * Takes the directory when this configuration uses one; throws `cache_dir_in_use`, naming the
-   * holder, when another instance has it.
+   * holder, when another instance has it, and `cache_dir_not_a_cache` when it holds other things.
    */
   async take(config: Pick<Config, 'sliceCache' | 'storage'>): Promise<void> {
     if (!usesSliceCache(config)) return;
     const dir = config.sliceCache.dir!;
+    // Before anything is made there: a start empties tmp/ and removes what its layout does not use.
+    const names = await readdir(dir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return [];
+      throw err;
+    });
+    const foreign = foreignEntries(names);
+    if (foreign.length > 0) {
+      const shown = foreign.slice(0, 5).join(', ') + (foreign.length > 5 ? ', …' : '');
+      throw new StartupCheckError(
+        'cache_dir_not_a_cache',
+        `ARKVORY_CACHE_DIR=${dir} holds ${shown} and nothing of a slice cache; a cache empties its tmp/ and removes the parts of its directory it does not use when it starts, so it takes only an empty directory or its own: give it one of its own. Nothing there was touched.`,
+      );
+    }
     await mkdir(dir, { recursive: true });
     const lock = await lockDirectory(dir);
     if (!lock.held) {

@@ -104,6 +104,12 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     advice:
       'Give each gateway instance its own `ARKVORY_CACHE_DIR` (the message names the process holding this one); nothing in the directory was touched. The workers of one instance share it through their coordinating process; when the message names workers whose coordinating process is gone, start again once they have exited.',
   },
+  cache_dir_not_a_cache: {
+    status: null,
+    message: 'The slice cache directory (`ARKVORY_CACHE_DIR`) holds other things and nothing of a slice cache.',
+    advice:
+      'Point `ARKVORY_CACHE_DIR` at an empty directory (or a filesystem holding only `lost+found`) or an existing cache of this gateway: a cache empties its `tmp/` and removes the parts of its directory it does not use at start. Nothing in the directory was touched.',
+  },
   redis_unreachable: {
     status: null,
     message: 'Redis (`ARKVORY_REDIS_URL`) did not answer.',

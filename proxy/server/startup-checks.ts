@@ -8,7 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { GatewayError } from './errors.ts';
 
-type StartupCheckCode = 'port_in_use' | 'data_dir_unusable' | 'cache_dir_in_use';
+type StartupCheckCode = 'port_in_use' | 'data_dir_unusable' | 'cache_dir_in_use' | 'cache_dir_not_a_cache';
 
 export class StartupCheckError extends GatewayError {
   override readonly name = 'StartupCheckError';

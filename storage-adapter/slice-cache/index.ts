@@ -3,6 +3,7 @@ export { withSliceCache, type SliceCachedStoreOptions } from './cached-store.ts'
 export { DigestDirectory, type DigestValidity } from './digest-directory.ts';
 export { SliceCache, type SliceCacheOptions, type SliceCacheStats } from './slice-cache.ts';
 export {
+  foreignEntries,
   removeStrayLayout,
   type SliceCacheBounds,
   strayLayoutEntries,

@@ -52,6 +52,22 @@ export function strayLayoutEntries(names: readonly string[], workers: number): s
   });
 }
 
+/** What a filesystem made for the cache alone may hold already (ext4's mkfs). */
+const FILESYSTEM_ENTRIES = new Set(['lost+found']);
+/** Entries only a slice cache makes: its lock (every start since it exists) and either layout's slices. */
+const CACHE_MARKS = new Set(['instance.lock', 'slices']);
+
+/**
+ * The entries that make a directory someone else's (a mistaken ARKVORY_CACHE_DIR: a home, `/`,
+ * another gateway's data directory): none when it is empty or already a slice cache's. A cache
+ * empties its `tmp/` at start and removes whole entries its layout does not use, so it must never
+ * be given a directory it did not make.
+ */
+export function foreignEntries(names: readonly string[]): string[] {
+  if (names.some((name) => CACHE_MARKS.has(name) || WORKER_DIR.test(name))) return [];
+  return names.filter((name) => !FILESYSTEM_ENTRIES.has(name));
+}
+
 /**
  * Removes the stray entries (strayLayoutEntries) under `dir`, logging them; returns their names. Run
  * before any cache opens on `dir`: in the coordinating process of several workers, before it starts
