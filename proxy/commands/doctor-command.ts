@@ -15,7 +15,7 @@ import { isRestoreMarker } from '../../storage-adapter/identity.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
-import { databaseRoleOf, describePrivileges, inspectPrivileges } from '../server/database-privileges.ts';
+import { databaseRoleOf, describePrivileges, inspectPrivileges, isPrivileged } from '../server/database-privileges.ts';
 import { StartupError } from '../server/startup-failure.ts';
 import { trustOutboundCertificateAuthorities } from '../tls/outbound-ca.ts';
 import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
@@ -311,10 +311,14 @@ async function checkPrivileges(config: Config, pool: pg.Pool): Promise<CheckResu
   if (!role) return { check, status: 'skip', detail: `the ${config.role} reads leases only` };
   const report = await inspectPrivileges(pool, role);
   const status =
-    report.missing.length || ((report.superuser || report.schemaOwner) && config.databaseRequireLeastPrivilege)
-      ? 'FAIL'
-      : 'ok';
-  const standing = report.superuser ? 'superuser' : report.schemaOwner ? 'schema owner' : 'not superuser, not owner';
+    report.missing.length || (isPrivileged(report) && config.databaseRequireLeastPrivilege) ? 'FAIL' : 'ok';
+  const standing = report.superuser
+    ? 'superuser'
+    : report.schemaOwner
+      ? 'schema owner'
+      : report.excess.length
+        ? `not superuser, not owner, ${report.excess.length} privilege(s) beyond its role's`
+        : 'not superuser, not owner';
   return {
     check,
     status,

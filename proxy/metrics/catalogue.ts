@@ -434,7 +434,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_database_login_privileged',
     type: 'gauge',
     labels: ['reason'],
-    help: 'Whether the database login is a superuser or owns the schema (1), more than its role needs (docs/deploy.md); checked at start.',
+    help: "Whether the database login is a superuser, owns the schema or holds privileges beyond its role's (reason excess_grants) (1): more than its role needs (docs/deploy.md); checked at start.",
   },
   {
     name: 'arkvory_secret_rotations_total',

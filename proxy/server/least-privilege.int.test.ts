@@ -19,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from '../../test/support/databa
 import { installRoleLogins, poolFor, urlAs } from '../../test/support/database-roles.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 let db: TestDatabase & { drop(): Promise<void> };
@@ -120,8 +121,11 @@ describe('each gateway role as its own login', () => {
       env: { ...sharedEnv('reader'), ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' },
       dataDir: writer.dataDir,
     });
-    for (const gw of [writer, reader])
+    for (const gw of [writer, reader]) {
       expect(await metricsText(gw)).toMatch(/arkvory_database_login_privileged\{reason="superuser"\} 0/);
+      // `db roles` gives each role its grants and nothing beyond them.
+      expect(await metricsText(gw)).toMatch(/arkvory_database_login_privileged\{reason="excess_grants"\} 0/);
+    }
 
     // A storage quota on the repository: the writer's reservations and the worker's check of a
     // multipart completion run under their own logins too.
@@ -320,6 +324,41 @@ describe('each gateway role as its own login', () => {
     } finally {
       await admin.query(`DROP ROLE IF EXISTS ${login}`);
       await admin.query(`DROP ROLE IF EXISTS ${login}_w`);
+      await admin.end();
+    }
+  }, 60_000);
+
+  it('a login holding more than its role needs (a reader login also in arkvory_maintenance) is refused under the strict variable, naming the excess', async () => {
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    const login = `arkvory_t_wide_${randomBytes(4).toString('hex')}`;
+    try {
+      // Every grant the reader needs is there, so only a check of what lies beyond them tells this
+      // login (DELETE on every table, keys and grants included) from the reader's own.
+      await admin.query(`CREATE ROLE ${login} LOGIN PASSWORD 'wide' IN ROLE arkvory_reader, arkvory_maintenance`);
+      const strict = await startGateway({
+        env: {
+          ...sharedEnv('reader'),
+          ARKVORY_DATABASE_URL: urlAs(db.url, login, 'wide'),
+          ARKVORY_ROLE: 'reader',
+          ARKVORY_GATEWAY_SLOT: '1',
+        },
+        waitFor: 'none',
+      });
+      // A start the check lets through logs its finding and serves; one it refuses exits.
+      await waitUntil(
+        () => !strict.isRunning() || strict.logLines().some((l) => String(l.code ?? '').startsWith('database_login')),
+        { what: 'the privilege check', timeoutMs: 30_000 },
+      );
+      expect(strict.logs()).not.toContain("holds the reader role's grants and no more");
+      expect(await strict.exited).toBe(1);
+      expect(strict.logs()).toMatch(
+        /holds \d+ privilege\(s\) beyond the reader role's: .*INSERT ON TABLE arkvory_api_keys/,
+      );
+      expect(strict.logs()).toContain('refused because ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE is set');
+      expect(strict.logs()).not.toContain('wide@');
+    } finally {
+      await admin.query(`DROP ROLE IF EXISTS ${login}`);
       await admin.end();
     }
   }, 60_000);

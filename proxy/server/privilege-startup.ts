@@ -6,12 +6,19 @@ import type { Registry } from 'prom-client';
 import type { Config } from '../config/types.ts';
 import type { SecretVerifier } from '../config/secret-rotation.ts';
 import { gauge } from '../metrics/families.ts';
-import { databaseRoleOf, describePrivileges, inspectPrivileges, type PrivilegeReport } from './database-privileges.ts';
+import {
+  databaseRoleOf,
+  describePrivileges,
+  inspectPrivileges,
+  isPrivileged,
+  type PrivilegeReport,
+} from './database-privileges.ts';
 import { StartupError } from './startup-failure.ts';
 
 /**
  * Refuses the start when a grant is missing, or (ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE) when the
- * login is a superuser or the schema owner; otherwise warns about the latter and exports it.
+ * login is a superuser, the schema owner or holds privileges beyond its role's; otherwise warns about
+ * the latter and exports it.
  */
 export async function checkDatabasePrivileges(
   config: Config,
@@ -23,7 +30,7 @@ export async function checkDatabasePrivileges(
   const report = await inspectPrivileges(pool, role);
   const line = describePrivileges(report);
   if (report.missing.length) throw new StartupError(line);
-  const privileged = report.superuser || report.schemaOwner;
+  const privileged = isPrivileged(report);
   if (privileged && config.databaseRequireLeastPrivilege)
     throw new StartupError(`${line}; refused because ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE is set`);
   const fields = {
@@ -32,6 +39,7 @@ export async function checkDatabasePrivileges(
     databaseRole: report.needs,
     superuser: report.superuser,
     schemaOwner: report.schemaOwner,
+    excess: report.excess.length,
   };
   if (privileged) log.warn(fields, line);
   else log.info(fields, line);
@@ -43,6 +51,7 @@ export function registerPrivilegeMetrics(registry: Registry, report: PrivilegeRe
   gauge(registry, 'arkvory_database_login_privileged', function () {
     this.set({ reason: 'superuser' }, report.superuser ? 1 : 0);
     this.set({ reason: 'schema_owner' }, report.schemaOwner ? 1 : 0);
+    this.set({ reason: 'excess_grants' }, report.excess.length > 0 ? 1 : 0);
   });
 }
 
