@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, readlink, realpath, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, open, readFile, readlink, realpath, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -153,7 +153,15 @@ export async function startEmbeddedDatabase(
     password = (await readFile(passwordFile, 'utf8')).trim();
   } else {
     password = randomBytes(24).toString('base64url');
-    await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
+    // On disk before the cluster made with it is named (initialiseCluster fsyncs the data dir after
+    // that rename): a power cut must not keep the cluster and lose the only copy of its password.
+    const handle = await open(passwordFile, 'wx', 0o600);
+    try {
+      await handle.writeFile(`${password}\n`);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
   }
   const port = await freeLoopbackPort(new Set(options.avoidPorts));
   const pgLog = log.child({ component: 'embedded-postgres' });

@@ -5,11 +5,12 @@
  * default mode. Every process here gets postgresEnvironment() and the password a private file.
  */
 import { execFile, spawn } from 'node:child_process';
-import { chmod, chown, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
+import { fsyncDirectory } from '../../lib/fs-sync.ts';
 import { postgresEnvironment, postgresIds } from './postgres-account.ts';
 
 const run = promisify(execFile);
@@ -51,10 +52,18 @@ async function makeExecutable(file: string): Promise<void> {
   if ((mode & 0o555) !== 0o555) await chmod(file, mode | 0o555);
 }
 
+/** What an interrupted first start left: a private directory of its own (the password file, the cluster being made). */
+const INIT_PREFIX = '.pg-init-';
+
 /**
- * Runs initdb for a new cluster in `pgDir`, as the `postgres` account when we are root. The password
- * file lives only while initdb runs, in a 0700 directory of the data dir owned by the account that
- * reads it: any local account reading it could log in to the cluster on 127.0.0.1 as its superuser.
+ * Runs initdb for a new cluster, as the `postgres` account when we are root, and gives it the name
+ * `pgDir` only once initdb has finished (a rename, then an fsync of the data dir): a first start
+ * killed while initdb runs (SIGKILL, a power cut) leaves no `pgDir` that the next start would take
+ * for a cluster (it has a PG_VERSION long before it is whole) and fail on at every start. Both the
+ * cluster being made and the password file live in a 0700 directory of the data dir owned by the
+ * account that reads them: any local account reading the file could log in to the cluster on
+ * 127.0.0.1 as its superuser. Such directories left by a killed first start are removed first (two
+ * processes making one data dir's first cluster at once could never both have it).
  */
 export async function initialiseCluster(options: {
   pgDir: string;
@@ -72,24 +81,25 @@ export async function initialiseCluster(options: {
     ),
   );
   const ids = options.isRoot ? await postgresAccount(env) : undefined;
-  if (ids) {
-    await mkdir(options.pgDir, { recursive: true });
-    await chown(options.pgDir, ids.uid, ids.gid);
-  }
   await makeExecutable(binaries.initdb);
   await makeExecutable(binaries.postgres);
-  const dir = await mkdtemp(path.join(options.dataDir, '.pg-init-'));
+  for (const entry of await readdir(options.dataDir))
+    if (entry.startsWith(INIT_PREFIX)) await rm(path.join(options.dataDir, entry), { recursive: true, force: true });
+  const dir = await mkdtemp(path.join(options.dataDir, INIT_PREFIX));
   try {
     const passwordFile = path.join(dir, 'pg-password');
+    const cluster = path.join(dir, 'cluster');
     await writeFile(passwordFile, `${options.password}\n`, { mode: 0o600 });
+    await mkdir(cluster, { mode: 0o700 });
     if (ids) {
       await chown(passwordFile, ids.uid, ids.gid);
+      await chown(cluster, ids.uid, ids.gid);
       await chown(dir, ids.uid, ids.gid);
     }
     await runInitdb(
       binaries.initdb,
       [
-        `--pgdata=${options.pgDir}`,
+        `--pgdata=${cluster}`,
         '--auth=scram-sha-256',
         '--username=postgres',
         `--pwfile=${passwordFile}`,
@@ -99,6 +109,13 @@ export async function initialiseCluster(options: {
       ids,
       options.log,
     );
+    // An empty `pgDir` (made by an earlier version for initdb as root) gives way; one holding
+    // anything is not ours to replace, and the rename fails naming it.
+    await rmdir(options.pgDir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT' && err.code !== 'ENOTEMPTY' && err.code !== 'EEXIST') throw err;
+    });
+    await rename(cluster, options.pgDir);
+    await fsyncDirectory(options.dataDir);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -3,22 +3,68 @@
  * that file must never be readable by anyone but the gateway (and PostgreSQL's own user). A
  * superuser password any local account could read opens the whole database on 127.0.0.1 to it. The
  * processes run for it (initdb, the server) get none of the gateway's variables: they run as another
- * account when the gateway is root, which could read them in /proc/<pid>/environ.
+ * account when the gateway is root, which could read them in /proc/<pid>/environ. A first start
+ * killed while initdb makes the cluster (an OOM kill, a container stopped past its grace period)
+ * leaves no cluster directory that every later start would take for a cluster and fail on.
  */
 import { execFileSync } from 'node:child_process';
-import { watch } from 'node:fs';
-import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { existsSync, watch } from 'node:fs';
+import { readdir, readFile, readlink, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
+import { waitUntil } from '../../test/harness/index.ts';
 import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
 import { catchPasswords } from '../../test/support/password-catcher.ts';
 
+/** The processes working in `dataDir`: initdb (named by its --pgdata) and the postgres it runs there (its cwd). */
+async function processesIn(dataDir: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const name of await readdir('/proc')) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    const [cmdline, cwd] = await Promise.all([
+      readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => ''),
+      readlink(`/proc/${pid}/cwd`).catch(() => ''),
+    ]);
+    if (cmdline.includes(dataDir) || cwd === dataDir || cwd.startsWith(`${dataDir}/`)) found.push(pid);
+  }
+  return found;
+}
+
+/** Whether initdb has begun writing a cluster under `dataDir` (its PG_VERSION is among its first files). */
+async function initdbUnderway(dataDir: string): Promise<boolean> {
+  if (existsSync(path.join(dataDir, '.pg', 'PG_VERSION'))) return true;
+  for (const entry of await readdir(dataDir).catch(() => [])) {
+    if (!entry.startsWith('.pg-init-')) continue;
+    for (const inner of await readdir(path.join(dataDir, entry)).catch(() => []))
+      if (existsSync(path.join(dataDir, entry, inner, 'PG_VERSION'))) return true;
+  }
+  return false;
+}
+
+/** A first start on `dataDir` killed with initdb while initdb writes the cluster, as a cgroup is killed. */
+async function killFirstStartDuringInitdb(dataDir: string): Promise<void> {
+  const first = await startGateway({ dataDir, waitFor: 'none' });
+  await waitUntil(() => initdbUnderway(dataDir), { what: 'initdb to begin', timeoutMs: 30_000, intervalMs: 2 });
+  await first.stop('SIGKILL');
+  for (const pid of await processesIn(dataDir)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone already
+    }
+  }
+  await waitUntil(async () => (await processesIn(dataDir)).length === 0, { what: 'initdb to be gone' });
+}
+
 describe('a first start on the embedded default', () => {
-  it('hands initdb its password in no file that group or others can reach', async () => {
+  it('after one killed while initdb ran, makes the cluster afresh and hands initdb its password in no file that group or others can reach', async () => {
     // The temp directory the gateway's process sees (os.tmpdir()), watched for whatever lands there.
     const tmp = await makeTempDir('arkvory-tmpdir-');
     const dataDir = await makeTempDir();
+    // Bootstrap well under way: the killed initdb had written PG_VERSION, which a start took for a cluster.
+    await killFirstStartDuringInitdb(dataDir);
     const seen: Array<{ name: string; mode: number }> = [];
     const watchers = [tmp, dataDir].map((dir) =>
       watch(dir, (_event, name) => {
@@ -36,7 +82,8 @@ describe('a first start on the embedded default', () => {
       expect(password.length).toBeGreaterThan(20);
       // What reached the shared temp directory while initdb ran: nothing anyone else may read.
       expect(seen.filter((f) => f.name.startsWith('pg-password-') && (f.mode & 0o077) !== 0)).toEqual([]);
-      // Where it went instead: a directory of the data dir that no one else can list, gone after.
+      // Where it went instead: a directory of the data dir that no one else can list, gone after
+      // (and the one the killed start left, with its half-made cluster, too).
       expect(seen.filter((f) => f.name.startsWith('.pg-init-') && (f.mode & 0o066) !== 0)).toEqual([]);
       expect((await readdir(dataDir)).filter((name) => name.startsWith('.pg-init-'))).toEqual([]);
     } finally {
@@ -68,11 +115,11 @@ interface SeenProcess {
 }
 
 /**
- * Watches /proc, until stopped, for the processes creating the cluster in `pgDir`: initdb (named by
- * its --pgdata) and what it runs (the bootstrap postgres, through a shell), each environment read
+ * Watches /proc, until stopped, for the processes creating the cluster under `dataDir`: initdb (named by
+ * its --pgdata, a directory there that becomes `.pg` once whole) and what it runs (the bootstrap postgres, through a shell), each environment read
  * while the process ran. initdb runs for half a second or more, many times this loop's round.
  */
-function watchClusterCreation(pgDir: string): { stop(): Promise<SeenProcess[]> } {
+function watchClusterCreation(dataDir: string): { stop(): Promise<SeenProcess[]> } {
   const tree = new Set<number>();
   const seen = new Map<number, SeenProcess>();
   let stopped = false;
@@ -87,7 +134,7 @@ function watchClusterCreation(pgDir: string): { stop(): Promise<SeenProcess[]> }
         ]);
         const ppid = Number(statLine.slice(statLine.lastIndexOf(')') + 2).split(' ')[1]);
         const args = cmdline.split('\0');
-        if (!args.includes(`--pgdata=${pgDir}`) && !tree.has(ppid)) continue;
+        if (!args.some((a) => a.startsWith(`--pgdata=${dataDir}/`)) && !tree.has(ppid)) continue;
         const environ = await readFile(`/proc/${pid}/environ`, 'utf8').catch(() => '');
         if (environ === '') continue; // gone, or not yet readable: looked at again next round
         tree.add(pid);
@@ -119,7 +166,7 @@ describe('creating the embedded PostgreSQL cluster', () => {
       { mode: 0o755 },
     );
     const dataDir = await makeTempDir();
-    const watcher = watchClusterCreation(path.join(dataDir, '.pg'));
+    const watcher = watchClusterCreation(dataDir);
     let seen: SeenProcess[];
     try {
       await startGateway({
