@@ -73,7 +73,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE',
     kind: { type: 'bool' },
     defaultValue: '0',
-    doc: "Refuse to start (exit 1) when the database login is a superuser, owns the schema or holds privileges on the schema's objects beyond its role's, instead of warning (`arkvory_database_login_privileged`, `arkvory doctor`). A login missing a grant its role needs is refused either way, naming the grant. See docs/deploy.md.",
+    doc: "Refuse to start (exit 1) when the database login is a superuser, owns the schema or holds privileges on the schema's objects beyond its role's, instead of warning (`arkvory_database_login_privileged`, `arkvory doctor`); a rotated URL or password naming such a login is not taken. A login missing a grant its role needs is refused either way, naming the grant. See docs/deploy.md.",
   },
   {
     name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS',

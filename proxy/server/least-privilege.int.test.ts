@@ -363,6 +363,31 @@ describe('each gateway role as its own login', () => {
     }
   }, 60_000);
 
+  it('under the strict variable, a database URL rotated to a superuser login is refused, the old login kept', async () => {
+    const plain = await createTestDatabase();
+    onTestFinished(() => plain.drop());
+    const roleUrls = await installRoleLogins(plain.url);
+    const urlFile = await secretFile(roleUrls.writer, 0o600);
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL_FILE: urlFile, ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE: '1' },
+    });
+    // What the start refuses, a rotation must refuse too: else one SIGHUP gets round the check.
+    await writeFile(urlFile, `${plain.url}\n`);
+    gw.signal('SIGHUP');
+    const outcome = () => gw.logLines().find((l) => /ARKVORY_DATABASE_URL (not )?rotated/.test(String(l.msg)));
+    await waitUntil(() => outcome() !== undefined, { what: 'the rotation', timeoutMs: 20_000, process: gw });
+    expect(String(outcome()!.msg)).toMatch(
+      /ARKVORY_DATABASE_URL not rotated.*is a superuser.*refused because ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE is set/,
+    );
+    const login = new URL(roleUrls.writer).username;
+    const users = await plain.pool.query<{ u: string }>(
+      `SELECT DISTINCT usename AS u FROM pg_stat_activity WHERE application_name = 'arkvory-api' AND datname = current_database()`,
+    );
+    expect(users.rows.map((r) => r.u)).toEqual([login]);
+    expect(gw.logs()).not.toContain(new URL(plain.url).password || 'no password in the URL');
+    await gw.stop('SIGTERM');
+  }, 60_000);
+
   it('a superuser login starts with a warning and the metric, and is refused under the strict variable', async () => {
     const plain = await createTestDatabase();
     onTestFinished(() => plain.drop());

@@ -57,7 +57,9 @@ export function registerPrivilegeMetrics(registry: Registry, report: PrivilegeRe
 
 /**
  * Checks a rotated database URL or password before the pool uses it: one connection of its own
- * logs in and, for a role with grants, finds none missing (a URL file may name another login).
+ * logs in and, for a role with grants, finds none missing (a URL file may name another login),
+ * and under ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE no more than its role needs, as at start: a
+ * rotation must not let in a login the start refuses.
  */
 export function databaseLoginVerifier(): SecretVerifier {
   return {
@@ -76,6 +78,10 @@ export function databaseLoginVerifier(): SecretVerifier {
         const role = databaseRoleOf(next.role);
         const report = role ? await inspectPrivileges(client, role) : undefined;
         if (report?.missing.length) throw new Error(describePrivileges(report));
+        if (report && isPrivileged(report) && next.databaseRequireLeastPrivilege)
+          throw new Error(
+            `${describePrivileges(report)}; refused because ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE is set`,
+          );
         if (!role) await client.query('SELECT 1');
       } finally {
         await client.end().catch(() => {});
