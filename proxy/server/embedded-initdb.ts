@@ -114,7 +114,13 @@ export async function initialiseCluster(options: {
     await rmdir(options.pgDir).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT' && err.code !== 'ENOTEMPTY' && err.code !== 'EEXIST') throw err;
     });
-    await rename(cluster, options.pgDir);
+    await rename(cluster, options.pgDir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOTEMPTY' && err.code !== 'EEXIST') throw err;
+      throw new Error(
+        `${options.pgDir} holds files but no cluster (no PG_VERSION), perhaps left by an interrupted first start of an earlier version: remove it (it holds no data), or set ARKVORY_DATABASE_URL`,
+        { cause: err },
+      );
+    });
     await fsyncDirectory(options.dataDir);
   } finally {
     await rm(dir, { recursive: true, force: true });
