@@ -3,8 +3,8 @@
  * gateway whose store is a static-HTTP store (nginx), and its query API gives the trace back. A
  * download through the router is one trace: router span → gateway span → auth, rate-limit,
  * admission and store spans and the client span to the store, attributes as docs/tracing.md lists
- * them, no key, token or query string anywhere. A client's `traceparent` is continued. An
- * absolute-form target's user info is in no span.
+ * them, no key, token or query string anywhere. A client's `traceparent` is continued, its
+ * sampled flag followed only from a trusted proxy. An absolute-form target's user info is in no span.
  */
 import net from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -22,33 +22,59 @@ const SIZE = 64 * 1024;
 const QUERY_SECRET = 'query-secret-7f3a91c2';
 const CLIENT_TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
 const CLIENT_SPAN_ID = 'b7ad6b7169203331';
+const PROXY_ADDRESS = '127.0.0.2';
 
 let db: TestDatabase & { drop(): Promise<void> };
+/** ratioGateway's: one writer per database. */
+let ratioDb: TestDatabase & { drop(): Promise<void> };
 let jaeger: JaegerServer;
 let store: StaticStore;
 let gateway: GatewayProcess;
+/**
+ * Samples no new trace (`parentbased_traceidratio` at 0) and trusts one proxy, a second loopback
+ * address (PROXY_ADDRESS); the test's other requests come from 127.0.0.1, a client it does not trust.
+ */
+let ratioGateway: GatewayProcess;
 let router: GatewayProcess;
 let key: string;
 let body: Buffer;
 const artifact = `/api/v1/repositories/${REPO}/artifacts/traced.bin`;
 
 beforeAll(async () => {
-  [db, jaeger, store] = await Promise.all([createTestDatabase(), startJaeger(), startStaticStore()]);
+  [db, ratioDb, jaeger, store] = await Promise.all([
+    createTestDatabase(),
+    createTestDatabase(),
+    startJaeger(),
+    startStaticStore(),
+  ]);
   await createRepository(db.pool, REPO);
   key = (await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { [REPO]: 'write' } })).key;
   const otel = {
     OTEL_EXPORTER_OTLP_ENDPOINT: jaeger.otlpUrl,
     OTEL_BSP_SCHEDULE_DELAY: '100',
   };
-  gateway = await startGateway({
-    env: {
-      ...otel,
-      OTEL_SERVICE_NAME: 'arkvory-gateway',
-      ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_STORAGE_URL: store.url,
-    },
-    timeoutMs: 90_000,
-  });
+  [gateway, ratioGateway] = await Promise.all([
+    startGateway({
+      env: {
+        ...otel,
+        OTEL_SERVICE_NAME: 'arkvory-gateway',
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_STORAGE_URL: store.url,
+      },
+      timeoutMs: 90_000,
+    }),
+    startGateway({
+      env: {
+        ...otel,
+        OTEL_SERVICE_NAME: 'arkvory-ratio-gateway',
+        ARKVORY_DATABASE_URL: ratioDb.url,
+        ARKVORY_TRUSTED_PROXIES: PROXY_ADDRESS,
+        OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+        OTEL_TRACES_SAMPLER_ARG: '0',
+      },
+      timeoutMs: 90_000,
+    }),
+  ]);
   router = await startGateway({
     env: { ...otel, OTEL_SERVICE_NAME: 'arkvory-router', ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gateway.url },
     timeoutMs: 90_000,
@@ -59,10 +85,10 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await router?.stop();
-  await gateway?.stop();
+  await Promise.all([gateway?.stop(), ratioGateway?.stop()]);
   await jaeger?.stop();
   await store?.stop();
-  await db?.drop();
+  await Promise.all([db?.drop(), ratioDb?.drop()]);
 });
 
 function tag(span: JaegerSpan, name: string): unknown {
@@ -190,7 +216,7 @@ it("continues a client's traceparent through router and gateway", async () => {
   await expect.poll(() => joined().length, { timeout: 5000 }).toBe(2);
 }, 60_000);
 
-it('follows an unsampled client trace (flag 00): answered, its id in both request lines, no span exported', async () => {
+it("an untrusted client's unsampled flag (00) is not followed either: its id in both request lines, sampled by the operator's sampler", async () => {
   const unsampled = '1af7651916cd43dd8448eb211c80319d';
   const res = await request(`${router.url}${artifact}/content`, {
     headers: { ...bearer(key), traceparent: `00-${unsampled}-${CLIENT_SPAN_ID}-00` },
@@ -200,11 +226,60 @@ it('follows an unsampled client trace (flag 00): answered, its id in both reques
   const joined = () =>
     [...router.logLines(), ...gateway.logLines()].filter((l) => l.msg === 'request' && l.traceId === unsampled);
   await expect.poll(() => joined().length, { timeout: 5000 }).toBe(2);
-  // A sampled request after it: once its trace is in Jaeger, whatever ended before it was exported.
-  const linesBefore = router.logLines().length;
-  expect((await request(`${router.url}${artifact}/content`, { headers: bearer(key) })).status).toBe(200);
-  await traceWith(await routerTraceId(linesBefore), [CONTENT_SPAN]);
-  expect(await jaeger.trace(unsampled)).toBeUndefined();
+  // `parentbased_always_on` decides as for a new trace: sampled, whatever the client's flag said.
+  await traceWith(unsampled, [CONTENT_SPAN]);
+}, 60_000);
+
+/** `arkvory_trace_spans_*` of `process`: every span it sampled is exported, dropped or pending. */
+async function spanCounts(process: GatewayProcess): Promise<{ exported: number; other: number }> {
+  const text = (await request(`${process.url}/metrics`)).body.toString();
+  const sum = (re: RegExp) => [...text.matchAll(re)].reduce((n, m) => n + Number(m[1]), 0);
+  return {
+    exported: sum(/^arkvory_trace_spans_exported_total (\d+)$/gm),
+    other: sum(/^arkvory_trace_spans_(?:dropped_total\{[^}]*\}|pending) (\d+)$/gm),
+  };
+}
+
+it("a client's sampled flag does not override a 0 ratio, its trace id is kept; a trusted proxy's flag is followed", async () => {
+  // Ids a client may pick: TraceIdRatioBased would keep them at any ratio above 0 (words XOR to 0).
+  const clientTrace = '10000000100000000000000000000000';
+  const proxyTrace = '20000000200000000000000000000000';
+  /** The trace id of ratioGateway's request line for `artifact` after `before`. */
+  const loggedTraceId = async (before: number) => {
+    const line = () =>
+      ratioGateway
+        .logLines()
+        .slice(before)
+        .find((l) => l.msg === 'request' && String(l.route).includes('/artifacts/'));
+    await expect.poll(line, { timeout: 5000 }).toBeDefined();
+    return line()!.traceId;
+  };
+  let before = ratioGateway.logLines().length;
+  // Anonymous reads, refused by the auth gate (401): a server span and the gate's.
+  const client = await request(`${ratioGateway.url}${artifact}`, {
+    headers: { traceparent: `00-${clientTrace}-${CLIENT_SPAN_ID}-01` },
+  });
+  expect(client.status).toBe(401);
+  // The client's trace id is continued: its own logs join the gateway's.
+  expect(await loggedTraceId(before)).toBe(clientTrace);
+
+  before = ratioGateway.logLines().length;
+  const proxied = await request(`${ratioGateway.url}${artifact}`, {
+    headers: { traceparent: `00-${proxyTrace}-${CLIENT_SPAN_ID}-01` },
+    localAddress: PROXY_ADDRESS,
+  });
+  expect(proxied.status).toBe(401);
+  expect(await loggedTraceId(before)).toBe(proxyTrace);
+
+  // The trusted proxy's sampled request reaches Jaeger, and every span the gateway sampled is one
+  // of its trace: the client's request (ended first, so exported in the same batch or before)
+  // sampled none, and Jaeger holds none of its trace.
+  const trace = await jaeger.traceWith(proxyTrace, ['GET /api/v1/repositories/:repo/artifacts/:id', 'arkvory.auth']);
+  await expect
+    .poll(async () => (await spanCounts(ratioGateway)).exported, { timeout: 10_000 })
+    .toBe(trace.spans.length);
+  expect((await spanCounts(ratioGateway)).other).toBe(0);
+  expect(await jaeger.trace(clientTrace)).toBeUndefined();
 }, 60_000);
 
 /** A GET of `target` as written, over a socket of its own; the status line's code. */

@@ -6,7 +6,7 @@
  * tracing on; otherwise nothing here is loaded.
  */
 import type { IncomingMessage } from 'node:http';
-import { type Attributes, context, propagation, ROOT_CONTEXT, SpanKind, type Tracer } from '@opentelemetry/api';
+import { type Attributes, context, propagation, ROOT_CONTEXT, SpanKind, type Tracer, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { TraceState, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -31,7 +31,7 @@ import { createTrustedProxies, requestScheme, type TrustedProxies } from '../rou
 import { BoundedProcessor, CountingExporter, type ExportCounts } from './bounded-export.ts';
 import { RequestTrace } from './request-trace.ts';
 import { cutExportRequestsAfter } from './export-deadline.ts';
-import { createSampler } from './sampler.ts';
+import { createSampler, untrustedParent } from './sampler.ts';
 import { spanPath } from './span-path.ts';
 import { traceUndiciRequests } from './undici-spans.ts';
 
@@ -44,6 +44,7 @@ export interface Tracing {
   /**
    * The server span of a request. `mayContinue`: whether the peer may continue a trace it sends
    * (ARKVORY_TRACE_CONTEXT_FROM); otherwise its `traceparent` is ignored and a new trace starts.
+   * A continued trace's sampled flag is followed only from a peer in ARKVORY_TRUSTED_PROXIES.
    */
   startServer(req: IncomingMessage, mayContinue: (peer: string | undefined) => boolean): RequestTrace;
   /** `traceparent` (and `tracestate`) of a request's span as a flat header list, for a hop undici does not make. */
@@ -133,7 +134,7 @@ function serverAttributes(
 
 /**
  * `trustedProxies`: ARKVORY_TRUSTED_PROXIES (`config.trustedProxies`), whose word on the client's
- * scheme `url.scheme` takes; none when left out.
+ * scheme `url.scheme` takes, and whose sampled flag a continued trace follows; none when left out.
  */
 export function openTracing(
   config: TracingConfig,
@@ -200,10 +201,14 @@ export function openTracing(
     },
     startServer(req, mayContinue) {
       const peer = req.socket?.remoteAddress;
-      const parent =
-        req.headers.traceparent !== undefined && mayContinue(peer)
-          ? propagator.extract(ROOT_CONTEXT, req.headers, requestHeaders)
-          : ROOT_CONTEXT;
+      let parent = ROOT_CONTEXT;
+      if (req.headers.traceparent !== undefined && mayContinue(peer)) {
+        parent = propagator.extract(ROOT_CONTEXT, req.headers, requestHeaders);
+        // Only a trusted proxy (a router, whose span decided) is followed in its sampled flag: from
+        // anyone else the trace id is kept, and the sampler decides as for a new trace (sampler.ts).
+        if (trace.getSpanContext(parent) !== undefined && !(peer !== undefined && trusted.isTrusted(peer)))
+          parent = untrustedParent(parent);
+      }
       // No attributes for the sampler: none of the OTEL_TRACES_SAMPLER samplers reads them, and an
       // unsampled request (most of them at a low ratio) should not build them at all.
       const span = tracer.startSpan(spanMethod(req.method), { kind: SpanKind.SERVER }, parent);

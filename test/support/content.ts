@@ -33,6 +33,8 @@ export function request(
     headers?: Record<string, string>;
     body?: Buffer | AsyncIterable<Buffer>;
     ca?: string | Buffer;
+    /** The address the request connects from (`127.0.0.2`: a peer other than the usual loopback one). */
+    localAddress?: string;
   } = {},
 ): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
@@ -44,6 +46,7 @@ export function request(
         headers: options.headers ?? {},
         agent: false,
         ...(options.ca === undefined ? {} : { ca: options.ca }),
+        ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
       },
       (res) => {
         const chunks: Buffer[] = [];
