@@ -93,7 +93,7 @@ export const TRACING_VARIABLES = [
       ],
     },
     defaultValue: 'parentbased_always_on',
-    doc: 'OpenTelemetry: which requests are traced. `parentbased_*` follow the sampled flag of an accepted `traceparent`; `traceidratio` takes OTEL_TRACES_SAMPLER_ARG.',
+    doc: "OpenTelemetry: which requests are traced. `parentbased_*` follow the sampled flag of an accepted `traceparent` from a peer in ARKVORY_TRUSTED_PROXIES (a router, whose span decided); any other peer's continued trace keeps its id but is decided as a new trace, a ratio drawn at random rather than read from the id the client chose (docs/tracing.md). `traceidratio` takes OTEL_TRACES_SAMPLER_ARG.",
   },
   {
     name: 'OTEL_TRACES_SAMPLER_ARG',
@@ -128,7 +128,7 @@ export const TRACING_VARIABLES = [
     name: 'ARKVORY_TRACE_CONTEXT_FROM',
     kind: { type: 'enum', values: ['any', 'trusted-proxies', 'none'] },
     defaultValue: 'any',
-    doc: "Whose W3C `traceparent`/`tracestate` a request may continue: `any` client, only peers in ARKVORY_TRUSTED_PROXIES (`trusted-proxies`; others start a new trace), or `none`. A router with tracing off passes a client's on to the gateway only when this would continue it, and strips it otherwise.",
+    doc: "Whose W3C `traceparent`/`tracestate` a request may continue: `any` client, only peers in ARKVORY_TRUSTED_PROXIES (`trusted-proxies`; others start a new trace), or `none`. Only a peer in ARKVORY_TRUSTED_PROXIES has its sampled flag followed: with `any`, anyone else's trace id is kept and OTEL_TRACES_SAMPLER decides as for a new trace, so no client makes its requests sampled. A router with tracing off passes a client's on to the gateway only when this would continue it, and strips it otherwise.",
   },
   {
     name: 'ARKVORY_TRACE_PRINCIPAL',
