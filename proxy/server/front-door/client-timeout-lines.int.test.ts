@@ -6,8 +6,6 @@
  */
 import http2 from 'node:http2';
 import net from 'node:net';
-import { Writable } from 'node:stream';
-import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import {
   type FrontDoorServer,
@@ -15,21 +13,13 @@ import {
   startFrontDoorServer,
   type TestCertificate,
 } from '../../../test/support/front-door-server.ts';
+import { capturedLog } from '../../../test/support/captured-log.ts';
 import { DEFAULT_FRONT_DOOR } from '../front-door.ts';
 
 const STALLED = 8;
 const LIMITS = { ...DEFAULT_FRONT_DOOR, bodyIdleTimeoutMs: 300, sendIdleTimeoutMs: 300, maxConnections: 50 };
 
-const lines: Array<{ level: number; code?: string; phase?: string; suppressed?: number }> = [];
-const log = pino(
-  { level: 'debug' },
-  new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const text of chunk.toString('utf8').split('\n')) if (text !== '') lines.push(JSON.parse(text));
-      done();
-    },
-  }),
-);
+const { log, lines } = capturedLog<{ level: number; code?: string; phase?: string; suppressed?: number }>('debug');
 /** Reads the body to its end, then answers. */
 const answer = (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => {
   req.resume();

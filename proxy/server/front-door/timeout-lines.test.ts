@@ -1,19 +1,9 @@
-import { Writable } from 'node:stream';
-import { pino } from 'pino';
 import { expect, it } from 'vitest';
+import { capturedLog } from '../../../test/support/captured-log.ts';
 import { TimeoutLines } from './timeout-lines.ts';
 
 it('writes 5 lines a minute per phase at info, the rest at debug, and the next written says how many went there', () => {
-  const lines: Array<{ level: number; phase: string; suppressed?: number }> = [];
-  const log = pino(
-    { level: 'debug' },
-    new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        for (const text of chunk.toString('utf8').split('\n')) if (text !== '') lines.push(JSON.parse(text));
-        done();
-      },
-    }),
-  );
+  const { log, lines } = capturedLog<{ level: number; phase: string; suppressed?: number }>('debug');
   let now = 0;
   const timeouts = new TimeoutLines(log, () => now);
   const body = { code: 'client_timeout', phase: 'request_body' } as const;
