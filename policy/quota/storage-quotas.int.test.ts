@@ -423,4 +423,30 @@ describe('storage quotas (real PostgreSQL)', () => {
     });
     await quotas.release(session);
   });
+
+  it("a completing session's hold counts until its completion ends: deciding its whole does not shorten it to a time to live", async () => {
+    const repository = await freshRepository();
+    const quotas = createStorageQuotas(db.pool);
+    await quotas.set('repository', repository, 1000);
+    const session = randomUUID();
+    // A session's hold (until its expiry, a second away), then its completion queued.
+    await db.pool.query(
+      `INSERT INTO arkvory_quota_reservations (id, repository, bytes, expires_at) VALUES ($1, $2, 100, now() + interval '1 second')`,
+      [session, repository],
+    );
+    await quotas.holdUntilCompleted(session);
+    // The worker decides the whole (the session held less), then waits out a store failure, queued.
+    await quotas.reserveAs(session, { repository, principalId: null, bytes: 600 });
+    const held = await db.pool.query<{ bytes: string; forever: boolean }>(
+      `SELECT bytes::text, expires_at = 'infinity' AS forever FROM arkvory_quota_reservations WHERE id = $1`,
+      [session],
+    );
+    expect(held.rows).toEqual([{ bytes: '600', forever: true }]);
+    await expect(quotas.reserve({ repository, principalId: null, bytes: 401 })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+    });
+    // The completion's end (the worker's outcome, the catalog insert) deletes it.
+    await quotas.release(session);
+    expect(await reservationRows(repository)).toBe('0');
+  });
 });

@@ -141,6 +141,13 @@ export interface StorageQuotas {
     partBytes: number,
     on?: Queryable,
   ): Promise<void>;
+  /**
+   * Keeps multipart session `sessionId`'s hold counting until its completion ends (the worker's
+   * outcome deletes it, in the transaction that records it): no longer only until the session's
+   * expiry, which a completion queued, waiting out a store failure or still assembling outlives.
+   * `on`: the transaction that queues the completion.
+   */
+  holdUntilCompleted(sessionId: string, on?: Queryable): Promise<void>;
   /** Every quota set, with its usage. */
   list(): Promise<QuotaUsage[]>;
   /**
@@ -269,7 +276,8 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
       await client.query(
         `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at, sha256)
          VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::double precision / 1000), $6)
-         ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at, sha256 = EXCLUDED.sha256`,
+         ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, sha256 = EXCLUDED.sha256,
+           expires_at = greatest(arkvory_quota_reservations.expires_at, EXCLUDED.expires_at)`,
         [id, request.repository, request.principalId, request.bytes, ttlMs, request.sha256 ?? null],
       );
       return true;
@@ -348,6 +356,12 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
            FROM arkvory_upload_sessions s WHERE s.id = $1 AND s.state = 'open'
          ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at`,
         [sessionId, request.repository, request.principalId, partBytes],
+      );
+    },
+    async holdUntilCompleted(sessionId, on = pool) {
+      await on.query(
+        `UPDATE arkvory_quota_reservations SET expires_at = 'infinity' WHERE id = $1 AND expires_at > now()`,
+        [sessionId],
       );
     },
     async reserve(request) {

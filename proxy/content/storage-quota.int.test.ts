@@ -749,6 +749,65 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it("a queued completion keeps its session's room past the session's expiry until it ends; the same completion asked again is answered 202, not 409", async () => {
+    const repository = 'quota-completing-held';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    // No completion worker yet: the job waits, queued (a stalled worker, a store failure waited out).
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' } });
+    await limitRepositoryTo1000(repository);
+    const base = `${gw.url}/api/v1/repositories/${repository}`;
+    const upload = await startAssembledSession(base, writer.key);
+    const part = Buffer.alloc(600, 9);
+    expect((await put(`${base}/uploads/${upload}/parts/1`, writer.key, part)).status).toBe(200);
+    const complete = async (sha256: string) => {
+      const res = await fetch(`${base}/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+        body: JSON.stringify({ parts: [{ partNumber: 1, sha256 }] }),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    const digest = createHash('sha256').update(part).digest('hex');
+    const first = await complete(digest);
+    expect(first).toMatchObject({ status: 202, body: { state: 'completing', totalBytes: 600 } });
+    // Its answer lost, the client sends the same completion again: the same job, nothing more queued.
+    expect(await complete(digest)).toMatchObject({ status: 202, body: { job: first.body.job, totalBytes: 600 } });
+    expect(await complete('0'.repeat(64))).toMatchObject({ status: 409, body: { code: 'conflict' } });
+    const jobs = await db.pool.query('SELECT 1 FROM arkvory_upload_jobs WHERE session_id = $1', [upload]);
+    expect(jobs.rowCount).toBe(1);
+    // Time passes to a second past the session's expiry, the completion still queued.
+    await db.pool.query(
+      `WITH s AS (SELECT expires_at - now() + interval '1 second' AS by FROM arkvory_upload_sessions WHERE id = $1)
+       UPDATE arkvory_quota_reservations r SET expires_at = r.expires_at - s.by FROM s WHERE r.id = $1`,
+      [upload],
+    );
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() - interval '1 second' WHERE id = $1`, [
+      upload,
+    ]);
+    expect(await put(`${base}/artifacts/other`, writer.key, Buffer.alloc(600, 10))).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', usageBytes: 600, remainingBytes: 400 },
+    });
+    const worker = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker' },
+      dataDir: gw.dataDir,
+    });
+    await waitUntil(
+      async () =>
+        (await db.pool.query(`SELECT 1 FROM arkvory_upload_sessions WHERE id = $1 AND state = 'done'`, [upload]))
+          .rowCount === 1,
+      { what: 'the completion', timeoutMs: 60_000 },
+    );
+    // Its end gave the hold up; asked again once done, the answer is the same completion, done.
+    expect(
+      (await db.pool.query('SELECT 1 FROM arkvory_quota_reservations WHERE repository = $1', [repository])).rowCount,
+    ).toBe(0);
+    expect(await complete(digest)).toMatchObject({ status: 202, body: { state: 'done', job: first.body.job } });
+    expect(await worker.stop()).toBe(0);
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('a quota set while uploads run that met none, or a reservation lost while its upload runs: the bytes are decided before they are published', async () => {
     const repository = 'quota-set-midway';
     await createRepository(db.pool, repository);

@@ -191,13 +191,25 @@ export function multipartRoutes(deps: {
       async handle(ctx) {
         writable(null);
         const body = await readJsonBody(ctx.req, 2 * 1024 * 1024);
-        const job = await sessions.complete(scopeOf(ctx), ctx.params.upload!, body.parts);
-        const session = await sessions.get(scopeOf(ctx), ctx.params.upload!);
+        const upload = ctx.params.upload!;
+        const quotas = deps.quotas;
+        // The session's quota hold counts from the queuing of its completion until the worker ends
+        // it, however long it waits: ended at the session's expiry, its room could go to another
+        // upload while the completion is still to publish (and then fails for want of it).
+        const job = await sessions.complete(
+          scopeOf(ctx),
+          upload,
+          body.parts,
+          quotas ? { queued: (client) => quotas.holdUntilCompleted(upload, client) } : {},
+        );
+        const session = await sessions.get(scopeOf(ctx), upload);
         ctx.auditDetails = {
           outcome: 'completing',
-          upload: ctx.params.upload,
+          upload,
           job: job.jobId,
           sizeBytes: job.totalBytes,
+          // The same completion asked for again (its first answer lost): nothing more was queued.
+          ...(job.again ? { again: true } : {}),
         };
         sendJson(
           ctx.res,

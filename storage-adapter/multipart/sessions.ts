@@ -10,7 +10,7 @@ import type { ArtifactKey } from '../catalog/catalog.ts';
 import { StorageError } from '../errors.ts';
 import type { ByteMeter } from '../byte-meter.ts';
 import type { PartStore } from '../store.ts';
-import { MAX_PARTS, parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
+import { type ListedPart, MAX_PARTS, parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
 import { withTransaction } from '../../lib/transaction.ts';
 import { BARRIER_LOCK_CLASS, BARRIERS } from '../../lib/advisory-barriers.ts';
 import {
@@ -41,6 +41,26 @@ const PENDING_STATES = `('open', 'completing')`;
  * `expired` to every route from that instant, not only once the 30 s sweep has marked it.
  */
 const STATE_NOW = `CASE WHEN state = 'open' AND expires_at <= now() THEN 'expired' ELSE state END AS state_now`;
+
+/**
+ * The completion job of session `id` if it lists exactly `listed` (the same parts, in order, with
+ * the same sha256): a completion asked for again. Read from the job, as the session's parts rows
+ * are removed once it has ended.
+ */
+async function sameCompletion(
+  client: pg.PoolClient,
+  id: string,
+  listed: readonly ListedPart[],
+): Promise<{ jobId: string; totalBytes: number } | undefined> {
+  const { rows } = await client.query<{ id: string; parts: ReceivedPart[] }>(
+    'SELECT id::text, parts FROM arkvory_upload_jobs WHERE session_id = $1',
+    [id],
+  );
+  const job = rows[0];
+  if (!job || job.parts.length !== listed.length) return undefined;
+  const same = job.parts.every((p, i) => p.partNumber === listed[i]!.partNumber && p.sha256 === listed[i]!.sha256);
+  return same ? { jobId: job.id, totalBytes: job.parts.reduce((sum, p) => sum + p.sizeBytes, 0) } : undefined;
+}
 
 /** Serialises the checks of one principal's bounds with the writes they guard (a transaction's lock). */
 async function lockPrincipal(client: pg.PoolClient, principalId: string | null): Promise<void> {
@@ -431,12 +451,19 @@ export class UploadSessions {
       );
   }
 
-  /** Validates the ordered part list and queues one completion job (state `completing`). */
+  /**
+   * Validates the ordered part list and queues one completion job (state `completing`). The same
+   * list sent again once the session is `completing`, `done` or `failed` answers that job, queuing
+   * nothing: a client whose 202 was lost retries, as S3 clients retry CompleteMultipartUpload, and
+   * must learn of the completion it began, not get 409. Another list is still `conflict`. `queued`
+   * runs in the transaction that queues the job, for what must begin with it (its quota hold).
+   */
   async complete(
     scope: SessionScope,
     id: string,
     listedParts: unknown,
-  ): Promise<{ jobId: string; totalBytes: number }> {
+    options: { queued?: (client: pg.PoolClient) => Promise<void> } = {},
+  ): Promise<{ jobId: string; totalBytes: number; again?: true }> {
     // Not an id we issue (PostgreSQL would refuse it as a uuid with a 500): no such upload.
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const listed = parseListedParts(listedParts);
@@ -448,8 +475,11 @@ export class UploadSessions {
       const row = r.rows[0];
       if (!row) throw new StorageError('not_found', 'No such upload.');
       if (row.state_now === 'expired') throw new StorageError('upload_expired');
-      if (row.state_now !== 'open')
+      if (row.state_now !== 'open') {
+        const earlier = await sameCompletion(client, id, listed);
+        if (earlier) return { ...earlier, again: true as const };
         throw new StorageError('conflict', `The upload is ${row.state_now}; it cannot be completed again.`);
+      }
       const parts = await client.query<{ part_number: number; size_bytes: string; sha256: string }>(
         'SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1',
         [id],
@@ -466,8 +496,10 @@ export class UploadSessions {
         [id, JSON.stringify(plan.parts)],
       );
       await client.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [id]);
+      await options.queued?.(client);
       return { jobId: job.rows[0]!.id, totalBytes: plan.totalBytes };
     });
+    if ('again' in queued) return queued;
     await this.#pool.query(`SELECT pg_notify('arkvory_upload_jobs', $1)`, [queued.jobId]);
     return queued;
   }
