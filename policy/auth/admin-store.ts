@@ -524,15 +524,32 @@ export class AdminStore {
     return this.#groups(null);
   }
 
-  async #groups(name: string | null): Promise<GroupRow[]> {
+  /**
+   * One page of groups, by name (the admin API's listing): an operator with thousands of groups
+   * got them all in one answer, each with its members.
+   */
+  async listGroupsPage(page: PageRequest = {}): Promise<Page<GroupRow>> {
+    const limit = pageLimit(page.limit);
+    const after = decodeCursor(page.cursor, CURSORS.groups);
+    return pageOf(
+      await this.#groups(null, { after: after?.[0] ?? null, limit: limit + 1 }),
+      limit,
+      CURSORS.groups,
+      (g) => [g.name],
+    );
+  }
+
+  async #groups(name: string | null, page?: { after: string | null; limit: number }): Promise<GroupRow[]> {
     const r = await this.#pool.query(
       `SELECT g.name, g.download_bytes_per_second::text AS down, g.upload_bytes_per_second::text AS up,
               coalesce(array_agg(p.name ORDER BY p.name) FILTER (WHERE p.name IS NOT NULL), '{}') AS members
-       FROM arkvory_principal_groups g
+       FROM (SELECT * FROM arkvory_principal_groups
+              WHERE ($1::text IS NULL OR name = $1) AND ($2::text IS NULL OR name > $2)
+              ORDER BY name LIMIT $3) g
        LEFT JOIN arkvory_principal_group_members m ON m.group_name = g.name
        LEFT JOIN arkvory_principals p ON p.id = m.principal_id
-       WHERE $1::text IS NULL OR g.name = $1 GROUP BY g.name ORDER BY g.name`,
-      [name],
+       GROUP BY g.name, g.download_bytes_per_second, g.upload_bytes_per_second ORDER BY g.name`,
+      [name, page?.after ?? null, page?.limit ?? null],
     );
     return r.rows.map((row) => ({
       name: row.name as string,
@@ -592,15 +609,27 @@ export class AdminStore {
     return this.#repositoryCeilings(null);
   }
 
-  async #repositoryCeilings(name: string | null): Promise<RepositoryCeilingsRow[]> {
+  /** One page of the repositories with a ceiling or a bound set, by name (the admin API's listing). */
+  async listRepositoryCeilingsPage(page: PageRequest = {}): Promise<Page<RepositoryCeilingsRow>> {
+    const limit = pageLimit(page.limit);
+    const after = decodeCursor(page.cursor, CURSORS.repositoryCeilings);
+    const rows = await this.#repositoryCeilings(null, { after: after?.[0] ?? null, limit: limit + 1 });
+    return pageOf(rows, limit, CURSORS.repositoryCeilings, (r) => [r.name]);
+  }
+
+  async #repositoryCeilings(
+    name: string | null,
+    page?: { after: string | null; limit: number },
+  ): Promise<RepositoryCeilingsRow[]> {
     const r = await this.#pool.query(
       `SELECT name, download_bytes_per_second::text AS down, upload_bytes_per_second::text AS up, max_transfers
        FROM arkvory_repositories
        WHERE CASE WHEN $1::text IS NULL
                   THEN download_bytes_per_second > 0 OR upload_bytes_per_second > 0 OR max_transfers > 0
                   ELSE name = $1 END
-       ORDER BY name`,
-      [name],
+         AND ($2::text IS NULL OR name > $2)
+       ORDER BY name LIMIT $3`,
+      [name, page?.after ?? null, page?.limit ?? null],
     );
     return r.rows.map(repositoryCeilingsRow);
   }

@@ -57,6 +57,8 @@ export const CURSORS = {
   ruleOverrides: { listing: 'rule overrides', arity: 4 },
   limiters: { listing: 'limiters', arity: 1 },
   quotas: { listing: 'quotas', arity: 2, shapes: [/^(?:repository|principal)$/] },
+  groups: { listing: 'groups', arity: 1 },
+  repositoryCeilings: { listing: 'repository ceilings', arity: 1 },
   // An id compared as a bigint (the audit trail also checks it is at most the largest one).
   audit: { listing: 'audit', arity: 1, shapes: [/^[0-9]{1,19}$/] },
 } as const satisfies Record<string, CursorShape>;

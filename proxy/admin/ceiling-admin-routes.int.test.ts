@@ -132,7 +132,10 @@ describe('groups', () => {
 
 describe('repository ceilings', () => {
   it('sets them field by field, lists only repositories with a ceiling, and audits repository.ceiling', async () => {
-    expect((await call('GET', '/api/v1/admin/repository-ceilings')).body).toEqual({ repositories: [] });
+    expect((await call('GET', '/api/v1/admin/repository-ceilings')).body).toEqual({
+      repositories: [],
+      nextCursor: null,
+    });
     expect((await call('GET', '/api/v1/admin/repositories/quiet/ceilings')).body).toEqual({
       name: 'quiet',
       downloadBytesPerSec: 0,
@@ -143,7 +146,10 @@ describe('repository ceilings', () => {
     const res = await call('PUT', '/api/v1/admin/repositories/mirror/ceilings', { maxTransfers: 8 });
     const mirror = { name: 'mirror', downloadBytesPerSec: 10_485_760, uploadBytesPerSec: 0, maxTransfers: 8 };
     expect(res).toEqual({ status: 200, body: mirror });
-    expect((await call('GET', '/api/v1/admin/repository-ceilings')).body).toEqual({ repositories: [mirror] });
+    expect((await call('GET', '/api/v1/admin/repository-ceilings')).body).toEqual({
+      repositories: [mirror],
+      nextCursor: null,
+    });
     const events = await audited('repository.ceiling');
     expect(events).toHaveLength(2);
     // Each change once, newest first, with the ceiling it left (a row is written before its answer ends).

@@ -7,6 +7,7 @@
 import { quoted } from '../../lib/quoted.ts';
 import { AdminStore, type GroupRow } from '../../policy/auth/admin-store.ts';
 import { GatewayError } from '../server/errors.ts';
+import { pageQuery } from './auth-admin-routes.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
@@ -53,8 +54,9 @@ export function ceilingAdminRoutes(services: Services): Route[] {
       methods: ['GET'],
       template: `${BASE}/groups`,
       access: 'admin',
-      async handle({ res }) {
-        sendJson(res, 200, { groups: await store.listGroups() });
+      async handle({ res, url }) {
+        const page = await store.listGroupsPage(pageQuery(url));
+        sendJson(res, 200, { groups: page.items, nextCursor: page.nextCursor });
       },
     },
     {
@@ -107,8 +109,9 @@ export function ceilingAdminRoutes(services: Services): Route[] {
       methods: ['GET'],
       template: `${BASE}/repository-ceilings`,
       access: 'admin',
-      async handle({ res }) {
-        sendJson(res, 200, { repositories: await store.listRepositoryCeilings() });
+      async handle({ res, url }) {
+        const page = await store.listRepositoryCeilingsPage(pageQuery(url));
+        sendJson(res, 200, { repositories: page.items, nextCursor: page.nextCursor });
       },
     },
     {

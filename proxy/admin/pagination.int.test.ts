@@ -214,8 +214,68 @@ describe('storage quotas', () => {
       const second = JSON.parse(rest.stdout) as { quotas: Array<{ scope: string; subject: string }>; nextCursor: null };
       expect([...first.quotas, ...second.quotas].map((q) => `${q.scope}:${q.subject}`)).toEqual(expected);
       expect(second.nextCursor).toBeNull();
+      // The console's status view, asked for every 2 s, shows the first page, not every quota.
+      const signIn = await request(`${gw.url}/console/session`, { method: 'POST', headers: bearer(admin.key) });
+      const cookie = { cookie: (signIn.headers['set-cookie']?.[0] ?? '').split(';')[0]! };
+      const status = await getJson('/console/api/status', cookie);
+      expect(status.status).toBe(200);
+      expect(
+        (status.body.quotas as Array<{ scope: string; subject: string }>).map((q) => `${q.scope}:${q.subject}`),
+      ).toEqual(expected.slice(0, PAGE_DEFAULT_LIMIT));
+      expect(status.body.quotasNextCursor).toEqual(expect.any(String));
+      const rest2 = await walk(
+        `/api/v1/admin/quotas?cursor=${encodeURIComponent(status.body.quotasNextCursor as string)}`,
+        'quotas',
+      );
+      expect(rest2.items.map((q) => `${q.scope}:${q.subject}`)).toEqual(expected.slice(PAGE_DEFAULT_LIMIT));
     } finally {
       await db.pool.query('DELETE FROM arkvory_storage_quotas');
+    }
+  });
+});
+
+describe('groups and repository ceilings', () => {
+  it('are paged by name; the walk gives each once, members included; a cursor of another listing is 400', async () => {
+    // 150 groups, each with two members, and 150 repositories with a ceiling: past one default page.
+    await db.pool.query(
+      `INSERT INTO arkvory_principal_groups (name, download_bytes_per_second)
+         SELECT 'g-' || lpad(i::text, 3, '0'), 65536 * i FROM generate_series(1, 150) i`,
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_principal_group_members (group_name, principal_id)
+         SELECT g.name, p.id FROM arkvory_principal_groups g
+           CROSS JOIN (SELECT id FROM arkvory_principals WHERE name IN ('p-00001', 'p-00002')) p`,
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_repositories (name, max_transfers) SELECT 'ceiled-' || lpad(i::text, 3, '0'), 3 FROM generate_series(1, 150) i`,
+    );
+    try {
+      const groups = await walk('/api/v1/admin/groups?limit=40', 'groups');
+      expect(groups.largest).toBe(40);
+      expect(groups.items.map((g) => g.name)).toEqual(
+        Array.from({ length: 150 }, (_, i) => `g-${String(i + 1).padStart(3, '0')}`),
+      );
+      expect(groups.items[0]).toEqual({
+        name: 'g-001',
+        downloadBytesPerSec: 65536,
+        uploadBytesPerSec: 0,
+        members: ['p-00001', 'p-00002'],
+      });
+      expect((await getJson('/api/v1/admin/groups')).body.groups).toHaveLength(PAGE_DEFAULT_LIMIT);
+      const ceilings = await walk('/api/v1/admin/repository-ceilings?limit=40', 'repositories');
+      expect(ceilings.largest).toBe(40);
+      expect(ceilings.items.map((r) => r.name)).toEqual(
+        Array.from({ length: 150 }, (_, i) => `ceiled-${String(i + 1).padStart(3, '0')}`),
+      );
+      expect((await getJson('/api/v1/admin/repository-ceilings')).body.repositories).toHaveLength(PAGE_DEFAULT_LIMIT);
+      const crossed = await getJson(
+        `/api/v1/admin/repository-ceilings?cursor=${encodeCursor(CURSORS.groups, ['g-001'])}`,
+      );
+      expect([crossed.status, crossed.body.code]).toEqual([400, 'invalid_request']);
+      expect((await getJson('/api/v1/admin/groups?limit=0')).status).toBe(400);
+    } finally {
+      await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name LIKE 'g-%'`);
+      await db.pool.query(`DELETE FROM arkvory_repositories WHERE name LIKE 'ceiled-%'`);
     }
   });
 });

@@ -170,16 +170,22 @@ async function refreshStatus() {
   renderBandwidth(status.bandwidth);
   renderBlocks(status.rateLimits.blocks);
   renderSliceCache(status.sliceCache);
-  renderQuotas(status.quotas);
+  renderQuotas(status.quotas, status.quotasNextCursor);
 }
 
-/** One usage bar per quota: stored plus reserved of the limit; `high` marks the last tenth. */
-function renderQuotas(quotas) {
+/**
+ * One usage bar per quota: stored plus reserved of the limit; `high` marks the last tenth. The
+ * status answer holds the first page of quotas; `more` (its cursor) says others are not shown.
+ */
+function renderQuotas(quotas, more) {
   const size = (b) => (b >= 1073741824 ? `${(b / 1073741824).toFixed(1)} GiB` : `${(b / 1048576).toFixed(1)} MiB`);
   $('quota-summary').textContent =
     quotas.length === 0
       ? 'No quota set (arkvory quota set, or PUT /api/v1/admin/quotas/…).'
-      : 'Each blob counts once per repository; reserved bytes are uploads in progress.';
+      : 'Each blob counts once per repository; reserved bytes are uploads in progress.' +
+        (more
+          ? ` The first ${quotas.length} are shown; arkvory quota list or GET /api/v1/admin/quotas lists them all.`
+          : '');
   const rows = quotas.map((q) =>
     el(
       'tr',
