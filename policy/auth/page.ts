@@ -58,6 +58,19 @@ export const CURSORS = {
   limiters: { listing: 'limiters', arity: 1 },
   quotas: { listing: 'quotas', arity: 2, shapes: [/^(?:repository|principal)$/] },
   groups: { listing: 'groups', arity: 1 },
+  // Usage statistics: a count (bigint digits) or a publication in microseconds, then the catalog key;
+  // a principal's day, its requests, its id.
+  statsTop: { listing: 'most downloaded', arity: 6, shapes: [/^[0-9]{1,19}$/] },
+  statsIdle: { listing: 'not downloaded', arity: 6, shapes: [/^-?[0-9]{1,18}$/] },
+  statsPrincipals: {
+    listing: 'principal days',
+    arity: 3,
+    shapes: [
+      /^[0-9]{4}-[0-9]{2}-[0-9]{2}$/,
+      /^[0-9]{1,19}$/,
+      /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
+    ],
+  },
   repositoryCeilings: { listing: 'repository ceilings', arity: 1 },
   // An id compared as a bigint (the audit trail also checks it is at most the largest one).
   audit: { listing: 'audit', arity: 1, shapes: [/^[0-9]{1,19}$/] },

@@ -67,8 +67,10 @@ ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
             limit: input.string('limit'),
           }),
         );
-        return printLines(env, (pool) =>
-          query.view === 'top' ? mostDownloaded(pool, query) : notDownloadedFor(pool, query),
+        return printLines(
+          env,
+          async (pool) =>
+            (query.view === 'top' ? await mostDownloaded(pool, query) : await notDownloadedFor(pool, query)).items,
         );
       },
     }),
@@ -89,7 +91,7 @@ ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
             limit: input.string('limit'),
           }),
         );
-        return printLines(env, (pool) => principalDays(pool, query));
+        return printLines(env, async (pool) => (await principalDays(pool, query)).items);
       },
     }),
   ],

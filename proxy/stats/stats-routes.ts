@@ -1,7 +1,8 @@
 /**
  * `/api/v1/admin/stats/…` (admin scope, the writer): usage statistics summed over every gateway,
  * as of their last flush: the most downloaded artifacts, the published ones not downloaded for N
- * days, and requests and bytes per principal and day.
+ * days, and requests and bytes per principal and day; each paged by `?limit=&cursor=` (`nextCursor`):
+ * a `limit` of at most 1000 with no cursor left every row past the first 1000 out of reach.
  */
 import type pg from 'pg';
 import { sendJson } from '../server/http-errors.ts';
@@ -23,9 +24,14 @@ export function statsRoutes(pool: pg.Pool): Route[] {
           repository: q('repository'),
           limit: q('limit'),
         });
-        const artifacts =
-          query.view === 'top' ? await mostDownloaded(pool, query) : await notDownloadedFor(pool, query);
-        sendJson(res, 200, { view: query.view, ...(query.view === 'idle' ? { days: query.days } : {}), artifacts });
+        const paged = { ...query, cursor: q('cursor') };
+        const page = query.view === 'top' ? await mostDownloaded(pool, paged) : await notDownloadedFor(pool, paged);
+        sendJson(res, 200, {
+          view: query.view,
+          ...(query.view === 'idle' ? { days: query.days } : {}),
+          artifacts: page.items,
+          nextCursor: page.nextCursor,
+        });
       },
     },
     {
@@ -40,7 +46,8 @@ export function statsRoutes(pool: pg.Pool): Route[] {
           until: q('until'),
           limit: q('limit'),
         });
-        sendJson(res, 200, { days: await principalDays(pool, query) });
+        const page = await principalDays(pool, { ...query, cursor: q('cursor') });
+        sendJson(res, 200, { days: page.items, nextCursor: page.nextCursor });
       },
     },
   ];

@@ -5,7 +5,16 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
-import { addUsage, beginFlush, transactionStatuses, type UsageConnection } from './usage-store.ts';
+import { CURSORS, encodeCursor } from '../../policy/auth/page.ts';
+import {
+  addUsage,
+  beginFlush,
+  mostDownloaded,
+  notDownloadedFor,
+  principalDays,
+  transactionStatuses,
+  type UsageConnection,
+} from './usage-store.ts';
 import type { UsageBatch } from './usage-tally.ts';
 
 let db: TestDatabase & { drop(): Promise<void> };
@@ -146,5 +155,63 @@ describe('transactionStatuses', () => {
       open.release();
       asking.release();
     }
+  });
+
+  it('pages the three listings past any limit: walking the cursors gives every row once, ties in the count included', async () => {
+    await db.pool.query('DELETE FROM arkvory_usage_artifacts');
+    await db.pool.query('DELETE FROM arkvory_usage_principal_days');
+    await db.pool.query(`INSERT INTO arkvory_repositories (name) VALUES ('walk')`);
+    // 9 artifacts downloaded 0, 0, 0, 3, 3, 3, 3, 7 and 9 times; each published (idle for 0 days), 3 at one instant.
+    await db.pool.query(
+      `INSERT INTO arkvory_usage_artifacts (repository, kind, name, downloads, bytes, last_downloaded_at)
+         SELECT 'walk', 'artifact', 'a' || i, (ARRAY[0, 0, 0, 3, 3, 3, 3, 7, 9])[i], 1, now() - interval '2 days'
+           FROM generate_series(1, 9) i`,
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_artifacts (repository, kind, name, sha256, size_bytes, content_type, created_at)
+         SELECT 'walk', 'artifact', 'a' || i, lpad(i::text, 64, '0'), 1, 'x',
+                CASE WHEN i <= 3 THEN timestamptz '2026-01-01 00:00:00.123456' ELSE now() - make_interval(days => i) END
+           FROM generate_series(1, 9) i`,
+    );
+    // 2 days of 4 principals, two of them with the same requests.
+    await db.pool.query(
+      `INSERT INTO arkvory_usage_principal_days (principal_id, day, requests, bytes_down, bytes_up)
+         SELECT gen_random_uuid(), d, (ARRAY[5, 5, 2, 8])[i], 0, 0
+           FROM generate_series(1, 4) i, (VALUES (date '2026-12-01'), (date '2026-12-02')) AS days(d)`,
+    );
+    const walk = async <T>(
+      read: (cursor: string | undefined) => Promise<{ items: T[]; nextCursor: string | null }>,
+    ) => {
+      const items: T[] = [];
+      let cursor: string | undefined;
+      for (let pages = 0; pages < 20; pages++) {
+        const page = await read(cursor);
+        expect(page.items.length).toBeLessThanOrEqual(2);
+        items.push(...page.items);
+        if (page.nextCursor === null) return items;
+        cursor = page.nextCursor;
+      }
+      throw new Error('the walk does not end');
+    };
+    const all = (await mostDownloaded(db.pool, { limit: 100 })).items;
+    expect(all.map((a) => a.downloads)).toEqual([9, 7, 3, 3, 3, 3, 0, 0, 0]);
+    expect(await walk((cursor) => mostDownloaded(db.pool, { limit: 2, cursor }))).toEqual(all);
+    const idle = (await notDownloadedFor(db.pool, { days: 0, limit: 100 })).items;
+    expect(idle).toHaveLength(9);
+    expect(await walk((cursor) => notDownloadedFor(db.pool, { days: 0, limit: 2, cursor }))).toEqual(idle);
+    const days = (await principalDays(db.pool, { limit: 100 })).items;
+    expect(days).toHaveLength(8);
+    expect(await walk((cursor) => principalDays(db.pool, { limit: 2, cursor }))).toEqual(days);
+    // A cursor of another listing, or one PostgreSQL could not take, is the client's fault.
+    const top = (await mostDownloaded(db.pool, { limit: 2 })).nextCursor!;
+    await expect(principalDays(db.pool, { limit: 2, cursor: top })).rejects.toMatchObject({ code: 'invalid_request' });
+    const past = encodeCursor(CURSORS.statsTop, ['9999999999999999999', 'walk', 'artifact', 'a1', '', '']);
+    await expect(mostDownloaded(db.pool, { limit: 2, cursor: past })).rejects.toMatchObject({
+      code: 'invalid_request',
+    });
+    const feb30 = encodeCursor(CURSORS.statsPrincipals, ['2026-02-30', '1', randomUUID()]);
+    await expect(principalDays(db.pool, { limit: 2, cursor: feb30 })).rejects.toMatchObject({
+      code: 'invalid_request',
+    });
   });
 });

@@ -4,6 +4,15 @@
  * of one whose COMMIT went unanswered, and the reads behind the admin API and `arkvory stats`.
  */
 import type pg from 'pg';
+import { isCalendarDay } from '../../lib/calendar-date.ts';
+import {
+  CURSORS,
+  type CursorShape,
+  decodeCursor as decodePageCursor,
+  invalidCursor,
+  type Page,
+  pageOf,
+} from '../../policy/auth/page.ts';
 import type { DeadlineConnection } from '../server/connection-deadline.ts';
 import type { UsageBatch } from './usage-tally.ts';
 
@@ -129,34 +138,89 @@ function artifactOf(r: Record<string, unknown>): ArtifactStats {
   };
 }
 
-/** The most downloaded artifacts (of a repository), most first. */
-export async function mostDownloaded(db: Queryable, options: { repository?: string; limit: number }) {
+const BIGINT_MAX = 2n ** 63n - 1n;
+
+/**
+ * The sort key of a stats cursor, checked past its shape where PostgreSQL would refuse it with a
+ * 500: a count beyond a bigint, a day the calendar does not have.
+ */
+function decodeCursor(raw: unknown, cursor: CursorShape): string[] | undefined {
+  const key = decodePageCursor(raw, cursor);
+  if (!key) return undefined;
+  const count = cursor === CURSORS.statsPrincipals ? key[1]! : key[0]!;
+  if (BigInt(count) > BIGINT_MAX || (cursor === CURSORS.statsPrincipals && !isCalendarDay(key[0]!)))
+    throw invalidCursor();
+  return key;
+}
+
+/**
+ * One page from rows fetched with `LIMIT limit + 1`, each with its sort key (`key`, as text) beside
+ * the item: the cursor of the page after it is the last item's key.
+ */
+function keyedPage<T>(rows: Array<{ item: T; key: string[] }>, limit: number, cursor: CursorShape): Page<T> {
+  const page = pageOf(rows, limit, cursor, (r) => r.key);
+  return { items: page.items.map((r) => r.item), nextCursor: page.nextCursor };
+}
+
+/** An artifact's place in its listing after its first sort value (the catalog key, in order). */
+const ARTIFACT_KEY = ['repository', 'kind', 'name', 'version', 'asset'] as const;
+const artifactKey = (r: Record<string, unknown>) => ARTIFACT_KEY.map((k) => r[k] as string);
+
+/**
+ * The most downloaded artifacts (of a repository), most first, one page at a time (`after`: the
+ * cursor of the page before). The key is the download count, which a flush may raise between two
+ * pages: such an artifact can be met twice or not at all, the others exactly once.
+ */
+export async function mostDownloaded(
+  db: Queryable,
+  options: { repository?: string; limit: number; cursor?: string | undefined },
+): Promise<Page<ArtifactStats>> {
+  const after = decodeCursor(options.cursor, CURSORS.statsTop);
   const { rows } = await db.query(
     `SELECT u.repository, u.kind, u.name, u.version, u.asset, u.downloads::float8 AS downloads, u.bytes::float8 AS bytes,
-            u.last_downloaded_at, u.last_downloader::text AS last_downloader
+            u.last_downloaded_at, u.last_downloader::text AS last_downloader, u.downloads::text AS downloads_key
        FROM arkvory_usage_artifacts u
-      WHERE $1::text IS NULL OR u.repository = $1
+      WHERE ($1::text IS NULL OR u.repository = $1)
+        AND ($3::bigint IS NULL OR u.downloads < $3
+             OR (u.downloads = $3 AND (u.repository, u.kind, u.name, u.version, u.asset) > ($4, $5, $6, $7, $8)))
       ORDER BY u.downloads DESC, u.repository, u.kind, u.name, u.version, u.asset LIMIT $2`,
-    [options.repository ?? null, options.limit],
+    [options.repository ?? null, options.limit + 1, ...(after ?? [null, null, null, null, null, null])],
   );
-  return rows.map(artifactOf);
+  return keyedPage(
+    rows.map((r) => ({ item: artifactOf(r), key: [r.downloads_key as string, ...artifactKey(r)] })),
+    options.limit,
+    CURSORS.statsTop,
+  );
 }
 
 /**
  * Published artifacts not downloaded for `days` days (never downloaded, or last before then),
- * oldest publication first: candidates for deletion.
+ * oldest publication first: candidates for deletion. One page at a time, as `mostDownloaded`.
  */
-export async function notDownloadedFor(db: Queryable, options: { days: number; repository?: string; limit: number }) {
+export async function notDownloadedFor(
+  db: Queryable,
+  options: { days: number; repository?: string; limit: number; cursor?: string | undefined },
+): Promise<Page<ArtifactStats>> {
+  const after = decodeCursor(options.cursor, CURSORS.statsIdle);
+  // The cursor keeps created_at in microseconds as text: a JS Date would round it to milliseconds.
   const { rows } = await db.query(
-    `SELECT ${IDLE_COLUMNS} FROM arkvory_artifacts a
+    `SELECT ${IDLE_COLUMNS}, (extract(epoch FROM a.created_at) * 1000000)::bigint::text AS created_us
+       FROM arkvory_artifacts a
        LEFT JOIN arkvory_usage_artifacts u USING (repository, kind, name, version, asset)
       WHERE ($1::text IS NULL OR a.repository = $1)
         AND (u.last_downloaded_at IS NULL OR u.last_downloaded_at < now() - make_interval(days => $2))
         AND a.created_at < now() - make_interval(days => $2)
+        AND ($4::bigint IS NULL
+             OR ((extract(epoch FROM a.created_at) * 1000000)::bigint, a.repository, a.kind, a.name, a.version, a.asset)
+                > ($4::bigint, $5, $6, $7, $8, $9))
       ORDER BY a.created_at, a.repository, a.kind, a.name, a.version, a.asset LIMIT $3`,
-    [options.repository ?? null, options.days, options.limit],
+    [options.repository ?? null, options.days, options.limit + 1, ...(after ?? [null, null, null, null, null, null])],
   );
-  return rows.map(artifactOf);
+  return keyedPage(
+    rows.map((r) => ({ item: artifactOf(r), key: [r.created_us as string, ...artifactKey(r)] })),
+    options.limit,
+    CURSORS.statsIdle,
+  );
 }
 
 export interface PrincipalDayStats {
@@ -168,26 +232,47 @@ export interface PrincipalDayStats {
   bytesUp: number;
 }
 
-/** Per principal and day, newest day first; `principal` is an id or a name. */
+/**
+ * Per principal and day, newest day first, the most requests first within a day; `principal` is an
+ * id or a name. One page at a time, as `mostDownloaded` (a flush may raise a day's requests
+ * between two pages).
+ */
 export async function principalDays(
   db: Queryable,
-  options: { principal?: string; since?: string; until?: string; limit: number },
-): Promise<PrincipalDayStats[]> {
+  options: { principal?: string; since?: string; until?: string; limit: number; cursor?: string | undefined },
+): Promise<Page<PrincipalDayStats>> {
+  const after = decodeCursor(options.cursor, CURSORS.statsPrincipals);
   const { rows } = await db.query(
     `SELECT u.principal_id::text AS principal_id, p.name AS principal_name, to_char(u.day, 'YYYY-MM-DD') AS day,
-            u.requests::float8 AS requests, u.bytes_down::float8 AS bytes_down, u.bytes_up::float8 AS bytes_up
+            u.requests::float8 AS requests, u.bytes_down::float8 AS bytes_down, u.bytes_up::float8 AS bytes_up,
+            u.requests::text AS requests_key
        FROM arkvory_usage_principal_days u LEFT JOIN arkvory_principals p ON p.id = u.principal_id
       WHERE ($1::text IS NULL OR u.principal_id::text = $1 OR p.name = $1)
         AND ($2::date IS NULL OR u.day >= $2) AND ($3::date IS NULL OR u.day < $3)
+        AND ($5::date IS NULL OR u.day < $5
+             OR (u.day = $5 AND (u.requests < $6::bigint OR (u.requests = $6::bigint AND u.principal_id > $7::uuid))))
       ORDER BY u.day DESC, u.requests DESC, u.principal_id LIMIT $4`,
-    [options.principal ?? null, options.since ?? null, options.until ?? null, options.limit],
+    [
+      options.principal ?? null,
+      options.since ?? null,
+      options.until ?? null,
+      options.limit + 1,
+      ...(after ?? [null, null, null]),
+    ],
   );
-  return rows.map((r) => ({
-    principalId: r.principal_id,
-    principalName: r.principal_name,
-    day: r.day,
-    requests: r.requests,
-    bytesDown: r.bytes_down,
-    bytesUp: r.bytes_up,
-  }));
+  return keyedPage(
+    rows.map((r) => ({
+      item: {
+        principalId: r.principal_id,
+        principalName: r.principal_name,
+        day: r.day,
+        requests: r.requests,
+        bytesDown: r.bytes_down,
+        bytesUp: r.bytes_up,
+      },
+      key: [r.day as string, r.requests_key as string, r.principal_id as string],
+    })),
+    options.limit,
+    CURSORS.statsPrincipals,
+  );
 }

@@ -150,6 +150,16 @@ describe('across two gateways', () => {
     expect(perPrincipal.days).toEqual([
       expect.objectContaining({ principalName: bob.name, day: today, requests: 400 }),
     ]);
+    // Paged: `nextCursor` reaches the rows past the limit (at most 1000), null on the last page.
+    const stats = async (query: string) =>
+      (await (await fetch(`${writer.url}/api/v1/admin/stats/${query}`, { headers: bearer(admin.key) })).json()) as {
+        days: Array<Record<string, unknown>>;
+        nextCursor: string | null;
+      };
+    const firstDay = await stats('principals?limit=1');
+    expect(firstDay.days).toEqual([expect.objectContaining({ principalId: alice.principalId, requests: 602 })]);
+    const secondDay = await stats(`principals?limit=1&cursor=${encodeURIComponent(firstDay.nextCursor!)}`);
+    expect(secondDay).toEqual({ days: [expect.objectContaining({ principalId: bob.principalId })], nextCursor: null });
     expect(
       (await fetch(`${writer.url}/api/v1/admin/stats/artifacts?view=never`, { headers: bearer(admin.key) })).status,
     ).toBe(400);
