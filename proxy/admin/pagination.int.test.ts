@@ -235,7 +235,7 @@ describe('storage quotas', () => {
 });
 
 describe('groups and repository ceilings', () => {
-  it('are paged by name; the walk gives each once, members included; a cursor of another listing is 400', async () => {
+  it('are paged by name (route and CLI); the walk gives each once, members included; a cursor of another listing is 400', async () => {
     // 150 groups, each with two members, and 150 repositories with a ceiling: past one default page.
     await db.pool.query(
       `INSERT INTO arkvory_principal_groups (name, download_bytes_per_second)
@@ -273,6 +273,16 @@ describe('groups and repository ceilings', () => {
       );
       expect([crossed.status, crossed.body.code]).toEqual([400, 'invalid_request']);
       expect((await getJson('/api/v1/admin/groups?limit=0')).status).toBe(400);
+      // arkvory groups list: the same pages.
+      const env = { ARKVORY_DATABASE_URL: db.url };
+      const cli = await runCli(['groups', 'list', '--limit', '120'], env);
+      expect(cli.code, cli.stderr).toBe(0);
+      const first = JSON.parse(cli.stdout) as { groups: Array<{ name: string }>; nextCursor: string };
+      const rest = await runCli(['groups', 'list', '--cursor', first.nextCursor], env);
+      const second = JSON.parse(rest.stdout) as { groups: Array<{ name: string }>; nextCursor: null };
+      expect(first.groups).toHaveLength(120);
+      expect([...first.groups, ...second.groups].map((g) => g.name)).toEqual(groups.items.map((g) => g.name));
+      expect(second.nextCursor).toBeNull();
     } finally {
       await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name LIKE 'g-%'`);
       await db.pool.query(`DELETE FROM arkvory_repositories WHERE name LIKE 'ceiled-%'`);

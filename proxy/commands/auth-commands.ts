@@ -407,8 +407,8 @@ export const groupsCommand: Command = defineCommand({
 65536 to 2^40; in the shared profile each gateway enforces floor(download / SLOTS)). A principal may be
 in several groups; a transfer is paced by every bucket it belongs to. set creates a group or changes
 its ceilings (an option left out keeps its value). Gateways apply a change within 2 seconds
-(docs/bandwidth-and-admission.md, "Group and repository ceilings"). list prints every group with its
-members, { "groups": [...] }.
+(docs/bandwidth-and-admission.md, "Group and repository ceilings"). list prints one page of groups with
+their members, { "groups": [...], "nextCursor": … }.
 The database is ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
 ARKVORY_DATA_DIR. Output is JSON on stdout.`,
   forms: [
@@ -461,7 +461,11 @@ ARKVORY_DATA_DIR. Output is JSON on stdout.`,
     }),
     form({
       name: 'list',
-      run: (_input, env) => withStore(env, async (s) => ({ groups: await s.listGroups() })),
+      options: PAGE_OPTIONS,
+      run: (input, env) => {
+        const page = pageInput(input, CURSORS.groups);
+        return withStore(env, async (s) => printed('groups')(await s.listGroupsPage(page)));
+      },
     }),
   ],
 });

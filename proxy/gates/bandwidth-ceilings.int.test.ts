@@ -108,6 +108,7 @@ describe('group and repository ceilings', () => {
           members: ['crawler-1', 'crawler-2'],
         },
       ],
+      nextCursor: null,
     });
     const repo = await cli(['repos', 'ceiling', 'slow', '--download', String(REPO_RATE), '--max-transfers', '1']);
     expect(repo.json).toEqual({ name: 'slow', downloadBytesPerSec: REPO_RATE, uploadBytesPerSec: 0, maxTransfers: 1 });
