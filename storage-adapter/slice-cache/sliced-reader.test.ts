@@ -34,11 +34,20 @@ function originOf(served: () => Buffer) {
   return { read, opened };
 }
 
+/**
+ * Until `holds()`: verified slices are written behind their fills one at a time, at the disk's pace
+ * (fsync each), which on a loaded machine can take longer than vi.waitFor's 1 s. No deadline of its
+ * own: the test's (or hook's) timeout bounds a fill that never finishes.
+ */
+async function until(holds: () => boolean): Promise<void> {
+  while (!holds()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
 const dirs: string[] = [];
 const caches: SliceCache[] = [];
 afterEach(async () => {
   for (const cache of caches.splice(0)) {
-    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    await until(() => cache.stats.fillsInFlight === 0);
     cache.close();
   }
   for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
@@ -115,10 +124,9 @@ describe('a read through the slice cache', () => {
     const one = Buffer.alloc(1);
     await reader.read(one, 0, 1, 0);
     expect(sources.held('fill')).toBe(5);
-    await vi.waitFor(() => {
-      expect(cache.stats.fillsInFlight).toBe(0);
-      expect(cache.stats.heldSlices).toBe(5);
-    });
+    // A fill is over once its file is written and indexed: then all five are held.
+    await until(() => cache.stats.fillsInFlight === 0);
+    expect(cache.stats.heldSlices).toBe(5);
     // The client reads its next byte much later: by then every slice of its window is a file.
     await reader.read(one, 0, 1, 1);
     expect(one[0]).toBe(blob[1]);
@@ -139,7 +147,7 @@ describe('acquiring slices', () => {
     const d = digestsOf(blob);
     const origin = originOf(() => blob);
     expect(() => cache.acquireRun(SHA, d, 0, 2, origin.read)).toThrow(RangeError);
-    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    await until(() => cache.stats.fillsInFlight === 0);
     const next = cache.acquire(SHA, d, 0, origin.read);
     if (next.kind !== 'fill') throw new Error('expected a fill');
     expect(next.started).toBe(true);
@@ -160,7 +168,7 @@ describe('acquiring slices', () => {
     cache.release(first);
     if (second.kind !== 'fill') throw new Error('expected a fill');
     await second.fill.done;
-    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    await until(() => cache.stats.fillsInFlight === 0);
     expect(second.fill.state).toBe('verified');
     expect(cache.stats.digestFailures.origin).toBe(1);
     expect(origin.opened).toEqual([{ start: 0, end: 2 * SLICE - 1 }]);
