@@ -29,6 +29,7 @@ import { findClientFault } from './forwardable.ts';
 import { asHttp1Head } from './http2-head.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 import type { Tracing } from '../tracing/tracing.ts';
+import { relayedTraceContext } from '../tracing/untrusted-marker.ts';
 import type { RouterStats } from './router-stats.ts';
 import { ROUTER_BUSY } from './upstream-errors.ts';
 
@@ -56,9 +57,6 @@ export interface RouterServer {
   readonly frontDoor: FrontDoor;
 }
 
-/** No trace context for the gateway: the client's is taken out and none put in. */
-const NO_TRACE_CONTEXT: readonly string[] = [];
-
 export function createRouterServer(options: {
   pool: BackendPool;
   handler: ProxyHandler;
@@ -76,6 +74,12 @@ export function createRouterServer(options: {
    * tracing off the router passes them on only then: a gateway trusting the router trusts them.
    */
   mayContinue: (peer: string | undefined) => boolean;
+  /**
+   * Whether a peer is one of the router's ARKVORY_TRUSTED_PROXIES. With tracing off, another peer's
+   * `traceparent` goes on marked untrusted (untrusted-marker.ts): the gateway keeps its trace id but
+   * does not follow its sampled flag.
+   */
+  isTrusted: (peer: string) => boolean;
   /** One worker of several: the workers of the instance, for `/health/status`. */
   workers?: () => Promise<Record<string, unknown>>;
   /** Counts requests in flight and those refused over `maxInFlight`. */
@@ -185,15 +189,13 @@ export function createRouterServer(options: {
     let reqLog: Logger | undefined;
     const tracing = options.tracing;
     if (tracing === undefined) {
-      const foreign =
-        (req.headers.traceparent !== undefined || req.headers.tracestate !== undefined) &&
-        !options.mayContinue(req.socket.remoteAddress);
+      // No decision of the router's to send: the client's context only as far as it is trusted.
       outcome = handler.handle(
         req,
         res,
         { reqId, answerId, clientReqId },
         () => (reqLog ??= log.child({ reqId, clientReqId })),
-        foreign ? NO_TRACE_CONTEXT : undefined,
+        relayedTraceContext(req.headers, req.socket.remoteAddress, options.mayContinue, options.isTrusted),
       );
       return;
     }

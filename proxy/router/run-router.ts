@@ -63,9 +63,10 @@ export async function runRouter(
   };
   const tally = createRouterTally();
   const faults = createClientFaults({ log, count: (kind) => tally.countClientFault(kind) });
+  const trusted = createTrustedProxies(config.trustedProxies);
   const handler = createProxyHandler({
     pool,
-    trusted: createTrustedProxies(config.trustedProxies),
+    trusted,
     connectTimeoutMs: config.router.connectTimeoutMs,
     idleTimeoutMs: config.router.idleTimeoutMs,
     onPoolChange: reportChange,
@@ -100,6 +101,7 @@ export async function runRouter(
       tls,
       tracing,
       mayContinue: traceContextFrom(config),
+      isTrusted: (peer) => trusted.isTrusted(peer),
       ...(instance
         ? {
             workers: async () => {

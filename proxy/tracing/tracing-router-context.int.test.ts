@@ -8,7 +8,8 @@
  *   whatever sampled `traceparent` the client sent;
  * - a router with tracing off passes the client's `traceparent`/`tracestate` on only when its own
  *   ARKVORY_TRACE_CONTEXT_FROM would continue them: with `none` the gateway starts its own trace,
- *   with `any` it continues the client's.
+ *   with `any` it continues the client's trace id, but the router marks the client untrusted
+ *   (`arkvory=untrusted`) and the gateway does not follow its sampled flag.
  * The collector is a closed port: spans the gateway sampled would show in its export counters.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -121,10 +122,22 @@ it('a router with tracing off and ARKVORY_TRACE_CONTEXT_FROM=none passes no clie
   expect(await gatewaySpans()).toBe(0);
 });
 
-it('a router with tracing off that would continue any client context passes it on as it is', async () => {
+it('a router with tracing off that would continue any client context passes its trace id on, marked untrusted: the gateway does not follow its flag', async () => {
   const clientTrace = 'abcdefabcdefabcdefabcdefabcdef03';
-  const ids = await downloadThrough(untracedOpenRouter, clientContext(clientTrace));
+  // A client's own `arkvory=` member is taken out, never passed on as the router's word.
+  const ids = await downloadThrough(untracedOpenRouter, {
+    traceparent: `00-${clientTrace}-00f067aa0ba902b7-01`,
+    tracestate: 'client=chosen,arkvory=trusted',
+  });
   expect(ids.gateway).toBe(clientTrace);
-  // The client's sampled flag is followed there: the gateway trusts the router, which trusts any client.
+  // Its server span ended before its request line was written: counted by now, had it been sampled.
+  // The gateway trusts the router, but the router did not trust the client: parentbased_always_off's
+  // root decision, not the client's flag.
+  expect(await gatewaySpans()).toBe(0);
+  // The gateway does follow a trusted peer's own sampled flag (this test's, from 127.0.0.1).
+  const direct = await request(`${gateway.url}${artifact}/content`, {
+    headers: { ...bearer(key), traceparent: '00-abcdefabcdefabcdefabcdefabcdef04-00f067aa0ba902b7-01' },
+  });
+  expect(direct.status).toBe(200);
   await expect.poll(gatewaySpans, { timeout: 10_000 }).toBeGreaterThan(0);
 });

@@ -131,3 +131,65 @@ it("url.scheme is the client's by the gateway's rule: a trusted proxy's word, ne
     await Promise.all([behindProxy.shutdown(), direct.shutdown()]);
   }
 });
+
+it("a trusted peer's `arkvory=untrusted` member keeps the trace id but not the flag; the member is never passed on", async () => {
+  const log = createLogger('silent', { write: () => {} });
+  // No new trace sampled: whatever is sampled follows a parent's flag.
+  const config = loadConfig({
+    OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9',
+    OTEL_TRACES_SAMPLER: 'parentbased_always_off',
+  }).tracing;
+  const behindRouter = openTracing(config!, { role: 'api', log, trustedProxies: ['127.0.0.1'] });
+  const direct = openTracing(config!, { role: 'api', log });
+  const serve = (tracing: typeof direct) =>
+    http.createServer((req, res) => {
+      // Never ended: no export to wait for at shutdown.
+      const request = tracing.startServer(req, () => true);
+      res.end(
+        JSON.stringify({
+          traceId: request.traceId,
+          sampled: request.span.isRecording(),
+          state: request.span.spanContext().traceState?.serialize(),
+          sent: tracing.headersOf(request),
+        }),
+      );
+    });
+  const servers = [serve(behindRouter), serve(direct)];
+  await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))));
+  const id = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const ask = (server: http.Server, tracestate?: string) =>
+    fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, {
+      headers: { traceparent: `00-${id}-00f067aa0ba902b7-01`, ...(tracestate === undefined ? {} : { tracestate }) },
+    }).then((r) => r.json() as Promise<{ traceId: string; sampled: boolean; state?: string; sent: string[] }>);
+  try {
+    const [trusted, untrusted] = servers as [http.Server, http.Server];
+    // A trusted peer's flag is followed...
+    expect(await ask(trusted, 'client=chosen')).toMatchObject({ traceId: id, sampled: true, state: 'client=chosen' });
+    // ...unless it marked the context as an untrusted client's: the trace id is kept, the flag is not followed.
+    expect(await ask(trusted, 'arkvory=untrusted,client=chosen')).toMatchObject({
+      traceId: id,
+      sampled: false,
+      state: 'client=chosen',
+    });
+    // The member alone: no `tracestate` left to send on.
+    const alone = await ask(trusted, 'arkvory=untrusted');
+    expect(alone).toMatchObject({ traceId: id, sampled: false });
+    expect(alone.state).toBeUndefined();
+    expect(alone.sent).not.toContain('tracestate');
+    expect(alone.sent).toContain('traceparent');
+    // Another value of the key says nothing, and is not passed on either.
+    expect(await ask(trusted, 'client=chosen,arkvory=trusted')).toMatchObject({
+      sampled: true,
+      state: 'client=chosen',
+    });
+    // From an untrusted peer the member is taken out too (its flag is not followed anyway).
+    expect(await ask(untrusted, 'arkvory=untrusted,client=chosen')).toMatchObject({
+      traceId: id,
+      sampled: false,
+      state: 'client=chosen',
+    });
+  } finally {
+    for (const s of servers) s.close();
+    await Promise.all([behindRouter.shutdown(), direct.shutdown()]);
+  }
+});

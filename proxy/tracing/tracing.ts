@@ -6,7 +6,17 @@
  * tracing on; otherwise nothing here is loaded.
  */
 import type { IncomingMessage } from 'node:http';
-import { type Attributes, context, propagation, ROOT_CONTEXT, SpanKind, type Tracer, trace } from '@opentelemetry/api';
+import {
+  type Attributes,
+  type Context,
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  type SpanContext,
+  SpanKind,
+  type Tracer,
+  trace,
+} from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { TraceState, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -34,6 +44,7 @@ import { cutExportRequestsAfter } from './export-deadline.ts';
 import { createSampler, untrustedParent } from './sampler.ts';
 import { spanPath } from './span-path.ts';
 import { traceUndiciRequests } from './undici-spans.ts';
+import { TRACE_STATE_KEY, UNTRUSTED_VALUE } from './untrusted-marker.ts';
 
 export interface Tracing {
   readonly tracer: Tracer;
@@ -44,7 +55,8 @@ export interface Tracing {
   /**
    * The server span of a request. `mayContinue`: whether the peer may continue a trace it sends
    * (ARKVORY_TRACE_CONTEXT_FROM); otherwise its `traceparent` is ignored and a new trace starts.
-   * A continued trace's sampled flag is followed only from a peer in ARKVORY_TRUSTED_PROXIES.
+   * A continued trace's sampled flag is followed only from a peer in ARKVORY_TRUSTED_PROXIES, and
+   * not when that peer marked it as a client's it does not trust (`arkvory=untrusted`).
    */
   startServer(req: IncomingMessage, mayContinue: (peer: string | undefined) => boolean): RequestTrace;
   /** `traceparent` (and `tracestate`) of a request's span as a flat header list, for a hop undici does not make. */
@@ -83,6 +95,23 @@ const requestHeaders = {
   },
   keys: (carrier: IncomingMessage['headers']) => Object.keys(carrier),
 };
+
+/**
+ * The remote parent as a context, without the product's own `tracestate` member
+ * (untrusted-marker.ts), and whether that member said the sender's own peer was untrusted. Taken
+ * out whoever sent it: it counts from a trusted peer only (the caller's check), and it is never
+ * passed on to a store or the rules service, where it would stand for this process's peer.
+ */
+function withoutMarker(remote: SpanContext): { context: Context; marked: boolean } {
+  const value = remote.traceState?.get(TRACE_STATE_KEY);
+  if (remote.traceState === undefined || value === undefined)
+    return { context: trace.setSpanContext(ROOT_CONTEXT, remote), marked: false };
+  const rest = remote.traceState.unset(TRACE_STATE_KEY);
+  const { traceState: _, ...bare } = remote;
+  // An empty list is no `tracestate` at all (W3C), not an empty header sent on.
+  const kept = rest.serialize() === '' ? bare : { ...remote, traceState: rest };
+  return { context: trace.setSpanContext(ROOT_CONTEXT, kept), marked: value === UNTRUSTED_VALUE };
+}
 
 /** The largest TCP port: a Host's "port" past it is no port. */
 const MAX_PORT = 65_535;
@@ -203,11 +232,15 @@ export function openTracing(
       const peer = req.socket?.remoteAddress;
       let parent = ROOT_CONTEXT;
       if (req.headers.traceparent !== undefined && mayContinue(peer)) {
-        parent = propagator.extract(ROOT_CONTEXT, req.headers, requestHeaders);
-        // Only a trusted proxy (a router, whose span decided) is followed in its sampled flag: from
-        // anyone else the trace id is kept, and the sampler decides as for a new trace (sampler.ts).
-        if (trace.getSpanContext(parent) !== undefined && !(peer !== undefined && trusted.isTrusted(peer)))
-          parent = untrustedParent(parent);
+        const remote = trace.getSpanContext(propagator.extract(ROOT_CONTEXT, req.headers, requestHeaders));
+        if (remote !== undefined) {
+          // Only a trusted proxy (a router, whose span decided) is followed in its sampled flag: from
+          // anyone else the trace id is kept, and the sampler decides as for a new trace (sampler.ts).
+          // Nor is the flag of a client a trusted router with tracing off passed on marked untrusted.
+          const { context: read, marked } = withoutMarker(remote);
+          const trustedPeer = peer !== undefined && trusted.isTrusted(peer);
+          parent = trustedPeer && !marked ? read : untrustedParent(read);
+        }
       }
       // No attributes for the sampler: none of the OTEL_TRACES_SAMPLER samplers reads them, and an
       // unsampled request (most of them at a low ratio) should not build them at all.
