@@ -128,7 +128,7 @@ export const TRACING_VARIABLES = [
     name: 'ARKVORY_TRACE_CONTEXT_FROM',
     kind: { type: 'enum', values: ['any', 'trusted-proxies', 'none'] },
     defaultValue: 'any',
-    doc: "Whose W3C `traceparent`/`tracestate` a request may continue: `any` client, only peers in ARKVORY_TRUSTED_PROXIES (`trusted-proxies`; others start a new trace), or `none`. Only a peer in ARKVORY_TRUSTED_PROXIES has its sampled flag followed: with `any`, anyone else's trace id is kept and OTEL_TRACES_SAMPLER decides as for a new trace, so no client makes its requests sampled. A router with tracing off passes a client's on to the gateway only when this would continue it, and strips it otherwise.",
+    doc: "Whose W3C `traceparent`/`tracestate` a request may continue: `any` client, only peers in ARKVORY_TRUSTED_PROXIES (`trusted-proxies`; others start a new trace), or `none`. Only a peer in ARKVORY_TRUSTED_PROXIES has its sampled flag followed: with `any`, anyone else's trace id is kept and OTEL_TRACES_SAMPLER decides as for a new trace, so no client makes its requests sampled. A router with tracing off passes a client's on to the gateway only when this would continue it, and strips it otherwise; from a client not in its ARKVORY_TRUSTED_PROXIES it adds `arkvory=untrusted` to the `tracestate`, so a gateway that trusts the router keeps the trace id but does not follow the flag.",
   },
   {
     name: 'ARKVORY_TRACE_PRINCIPAL',
