@@ -44,6 +44,16 @@ describe('openRangeStream against a misbehaving store', () => {
     expect(await store.sentFor('GET /range/whole ')).toBeLessThan(WHOLE_BYTES / 16);
   });
 
+  it('a 200 without a Content-Length (a body filter on the store) is upstream_unreachable, not a blob of NaN bytes', async () => {
+    // nginx answers Range with 200 and a chunked body once a filter has rewritten the bytes: the
+    // answer says neither the object's size nor that these are its bytes.
+    const path = '/nolength-bucket/object';
+    await expect(openRangeStream(getFrom(path), what(path), 0, 99)).rejects.toMatchObject({
+      code: 'upstream_unreachable',
+      message: expect.stringContaining('without a valid Content-Length'),
+    });
+  });
+
   it('a body that ends before its range is upstream_unreachable from chunks()', async () => {
     const reader = rangeStreamReader('a'.repeat(64), SIZE, [{ start: 0, end: 199 }], undefined, (start, end) =>
       openRangeStream(getFrom('/range/short-body'), what('/range/short-body'), start, end),

@@ -7,7 +7,7 @@
 import type { Dispatcher } from 'undici';
 import { StorageError } from '../errors.ts';
 import { drainBody } from './bounded-body.ts';
-import { parseContentRange, unexpectedStatus, upstreamError } from './http-upstream.ts';
+import { headLength, parseContentRange, unexpectedStatus, upstreamError } from './http-upstream.ts';
 import type { ByteRange } from '../range.ts';
 import type { BlobReader } from '../store.ts';
 
@@ -107,7 +107,14 @@ export async function openRangeStream(
     sizeBytes = range.size;
     lastByte = range.end;
   } else if (res.statusCode === 200 && start === 0) {
-    sizeBytes = Number(res.headers['content-length']);
+    // The whole object: its Content-Length is its size. Without one (a chunked answer, e.g. nginx
+    // after a body filter rewrote the bytes) nothing says what the object is: not read as NaN bytes.
+    try {
+      sizeBytes = headLength(res.headers['content-length'], `GET ${target}`);
+    } catch (err) {
+      discard(res);
+      throw err;
+    }
     lastByte = sizeBytes - 1;
   } else if (res.statusCode === 200) {
     // The whole object for a range further on (a server or proxy that ignores Range): not read,
