@@ -17,6 +17,7 @@ import { STORAGE_ERRORS } from '../errors.ts';
 import { BODY_CAPS } from '../streaming/bounded-body.ts';
 import { createS3Client } from './s3-client.ts';
 import { putOverSocket } from './s3-socket-write.ts';
+import { S3_DEFAULT_LIMITS, uploadObject } from './s3-transfer.ts';
 import { removeTree, s3Tree, type S3Bucket } from './s3-tree.ts';
 
 const store = useMisbehavingStore();
@@ -173,6 +174,28 @@ describe('S3 listings of a broken or hostile server (real nginx answering them)'
       const err = await storageFailureOf(() => s3.head('object'));
       expect(err.code).toBe('upstream_unreachable');
       expect(err.message).toContain('without a valid Content-Length');
+    } finally {
+      await s3.close();
+    }
+  });
+
+  it('a CompleteMultipartUpload answered 200 without a CompleteMultipartUploadResult is 502, the upload aborted, not an object', async () => {
+    // S3 sends a completion's 200 head at once and its result (or an <Error>) after keep-alive
+    // whitespace: a body of whitespace alone completed nothing.
+    const s3 = client('complete-bucket', 30_000);
+    async function* body() {
+      yield Buffer.alloc(10, 'a');
+      yield Buffer.alloc(10, 'b');
+    }
+    try {
+      const err = await storageFailureOf(() =>
+        uploadObject(s3, 'object', body(), { ...S3_DEFAULT_LIMITS, partBytes: 10 }, { timeoutMs: 30_000 }),
+      );
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('without a CompleteMultipartUploadResult');
+      expect(await store.requests()).toContainEqual(
+        expect.stringContaining('"DELETE /complete-bucket/object?uploadId=u '),
+      );
     } finally {
       await s3.close();
     }

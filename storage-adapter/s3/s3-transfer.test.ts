@@ -97,8 +97,14 @@ describe('uploadObject in parts (against a recording stand-in for the S3 client)
           calls.parts.push(r.body!.length);
           return { text: '', headers: { etag: `"${r.query.partNumber}"` } };
         }
-        if (r.query?.uploadId !== undefined) calls.completed++;
-        else calls.puts++;
+        if (r.query?.uploadId !== undefined) {
+          calls.completed++;
+          return {
+            text: '<CompleteMultipartUploadResult><ETag>"c"</ETag></CompleteMultipartUploadResult>',
+            headers: {},
+          };
+        }
+        calls.puts++;
         return { text: '', headers: {} };
       },
       async request() {

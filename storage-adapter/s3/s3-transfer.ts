@@ -215,7 +215,10 @@ export async function createMultipart(client: S3Client, key: string): Promise<st
   return String(doc.UploadId);
 }
 
-/** Completes a multipart upload; the completed object's ETag (`etagOf`) when the answer names one. */
+/**
+ * Completes a multipart upload; the completed object's ETag (`etagOf`) when the answer names one.
+ * A 200 whose body is not a CompleteMultipartUploadResult is `upstream_unreachable`.
+ */
 export async function completeMultipart(
   client: S3Client,
   key: string,
@@ -236,8 +239,15 @@ export async function completeMultipart(
     { method: 'POST', key, query: { uploadId }, headers: { 'content-type': 'application/xml' }, body },
     what,
   );
-  const doc = text === '' ? undefined : (parseXml(text, what).CompleteMultipartUploadResult as { ETag?: unknown });
-  return etagOf(doc?.ETag);
+  // S3 sends the 200 head at once, then whitespace while it works, then the result or an <Error>
+  // (expectOk): a body without the result (cut off after the whitespace) completed nothing.
+  const doc = text.trim() === '' ? undefined : (parseXml(text, what).CompleteMultipartUploadResult as unknown);
+  if (doc === undefined || doc === null)
+    throw new StorageError(
+      'upstream_unreachable',
+      `The S3 server answered ${what} with 200 but without a CompleteMultipartUploadResult.`,
+    );
+  return etagOf((doc as { ETag?: unknown }).ETag);
 }
 
 /** Best effort: an upload left open is invisible to readers; `arkvory gc` aborts what is left. */

@@ -22,6 +22,11 @@ export const WHOLE_BYTES = 1024 * 1024 * 1024;
 /** The object size the `/range/short-…` answers claim in their Content-Range. */
 export const RANGE_OBJECT_BYTES = 1000;
 const SLOW_RATE = 200;
+/**
+ * What bucket `complete-bucket` answers CompleteMultipartUpload with (200): the XML declaration and
+ * the whitespace AWS sends to keep the connection alive while it completes, and then nothing.
+ */
+export const COMPLETE_WHITESPACE = `<?xml version="1.0" encoding="UTF-8"?>${' '.repeat(64)}`;
 /** The one key bucket `foreign-bucket` lists, whatever prefix is asked. */
 export const FOREIGN_KEY = `blobs/sha256/aa/bb/${'a'.repeat(64)}`;
 
@@ -37,7 +42,9 @@ export interface MisbehavingStore {
    * Listings of a broken or hostile store: bucket `foreign-bucket` lists `FOREIGN_KEY` whatever
    * prefix is asked (and answers any DELETE 204), `loop-bucket` lists `p/k` on a truncated page whose
    * continuation token is always the same, `notoken-bucket` the same page with no token at all,
-   * `portal-bucket` an HTML page (200) for its listings, `dotdot-bucket` a common prefix `tmp/../`; the static
+   * `portal-bucket` an HTML page (200) for its listings, `complete-bucket` takes multipart uploads
+   * (UploadId `u`, parts answered with ETag `"p"`) and answers their completion 200 with only
+   * `COMPLETE_WHITESPACE` (a completion cut off after its keep-alive bytes), any DELETE 204, `dotdot-bucket` a common prefix `tmp/../`; the static
    * `/dotdot-static/tmp/` autoindex lists a directory named `..`, and `/noname-static/tmp/`'s entries without a name. Objects of `nolength-bucket` are
    * answered (HEAD too) without a Content-Length (a body filter, as a rewriting proxy would).
    */
@@ -112,6 +119,14 @@ server {
   location = /loop-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken></ListBucketResult>'; }
   location = /notoken-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>p/k</Key><Size>1</Size></Contents><IsTruncated>true</IsTruncated></ListBucketResult>'; }
   location /nolength-bucket/ { default_type text/html; sub_filter_once on; sub_filter 'x' 'y'; alias ${dir}/; try_files /slow =404; }
+  location /complete-bucket/ {
+    client_max_body_size 0;
+    default_type application/xml;
+    if ($args ~ "^uploads=") { return 200 '<InitiateMultipartUploadResult><UploadId>u</UploadId></InitiateMultipartUploadResult>'; }
+    if ($request_method = PUT) { add_header ETag '"p"' always; return 200 ''; }
+    if ($request_method = DELETE) { return 204; }
+    return 200 '${COMPLETE_WHITESPACE}';
+  }
   location = /portal-bucket { default_type text/html; return 200 '<html><body><p>Sign in to continue</p></body></html>'; }
   location = /dotdot-bucket { default_type application/xml; return 200 '<ListBucketResult><CommonPrefixes><Prefix>tmp/../</Prefix></CommonPrefixes><IsTruncated>false</IsTruncated></ListBucketResult>'; }
   location = /noname-static/tmp/ { default_type application/json; return 200 '[null,{"type":"file","size":1}]'; }
