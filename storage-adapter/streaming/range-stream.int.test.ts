@@ -54,6 +54,29 @@ describe('openRangeStream against a misbehaving store', () => {
     });
   });
 
+  it('a 206 body longer than its Content-Range is upstream_unreachable at the first byte past it, never read as the bytes after', async () => {
+    // read() goes on from the open answer when the next position is where it stopped: bytes the
+    // Content-Range does not cover would be taken as the object's bytes 100 and on.
+    const reader = rangeStreamReader('a'.repeat(64), SIZE, [{ start: 0, end: 99 }], undefined, (start, end) =>
+      openRangeStream(getFrom('/range/long-body'), what('/range/long-body'), start, end),
+    );
+    const buffer = Buffer.alloc(200);
+    let position = 0;
+    const read = async () => {
+      for (;;) {
+        const { bytesRead } = await reader.read(buffer, position, 200 - position, position);
+        if (bytesRead === 0) return;
+        position += bytesRead;
+      }
+    };
+    await expect(read()).rejects.toMatchObject({
+      code: 'upstream_unreachable',
+      message: expect.stringContaining('past byte 99'),
+    });
+    expect(position).toBe(100);
+    await reader.close();
+  });
+
   it('a body that ends before its range is upstream_unreachable from chunks()', async () => {
     const reader = rangeStreamReader('a'.repeat(64), SIZE, [{ start: 0, end: 199 }], undefined, (start, end) =>
       openRangeStream(getFrom('/range/short-body'), what('/range/short-body'), start, end),

@@ -161,6 +161,17 @@ export async function openRangeStream(
         }
         chunk = next.value;
       }
+      // Bytes past the answer's last byte (a 206 longer than its Content-Range) are not the
+      // object's: read() goes on from here when the next position is where this stopped.
+      if (stream.position > lastByte)
+        throw new StorageError(
+          'upstream_unreachable',
+          `The artifact store sent bytes of blob ${sha256} past byte ${lastByte}, the end of its answer's range (GET ${target}).`,
+        );
+      if (chunk.length > lastByte - stream.position + 1) {
+        leftover = chunk.subarray(lastByte - stream.position + 1);
+        chunk = chunk.subarray(0, lastByte - stream.position + 1);
+      }
       if (chunk.length > maxBytes) {
         leftover = chunk.subarray(maxBytes);
         chunk = chunk.subarray(0, maxBytes);

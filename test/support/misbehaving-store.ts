@@ -38,6 +38,7 @@ export interface MisbehavingStore {
    * trickled body for everything under `gone/`. `/slow-put/…` answers any PUT 503 with a trickled body.
    * Ranged GETs (any Range): `/range/short-range` answers 206 `bytes 0-99/1000` with 100 bytes;
    * `/range/short-body` 206 `bytes 0-199/1000` with 100 bytes (Content-Length 100, a clean end);
+   * `/range/long-body` 206 `bytes 0-99/1000` with 200 bytes (Content-Length 200);
    * `/range/whole` ignores Range and answers 200 with the whole 1 GiB object.
    * Listings of a broken or hostile store: bucket `foreign-bucket` lists `FOREIGN_KEY` whatever
    * prefix is asked (and answers any DELETE 204), `loop-bucket` lists `p/k` on a truncated page whose
@@ -113,6 +114,7 @@ server {
   location /slow-put/ { client_max_body_size 0; error_page 503 /slow-error; return 503; }
   location = /range/short-range { add_header Content-Range "bytes 0-99/${RANGE_OBJECT_BYTES}" always; return 206 "${'x'.repeat(100)}"; }
   location = /range/short-body { add_header Content-Range "bytes 0-199/${RANGE_OBJECT_BYTES}" always; return 206 "${'x'.repeat(100)}"; }
+  location = /range/long-body { add_header Content-Range "bytes 0-99/${RANGE_OBJECT_BYTES}" always; return 206 "${'x'.repeat(200)}"; }
   location = /range/whole { max_ranges 0; default_type application/octet-stream; alias ${whole}; }
   location = /foreign-bucket { default_type application/xml; return 200 '<ListBucketResult><Contents><Key>${FOREIGN_KEY}</Key><Size>1</Size></Contents><IsTruncated>false</IsTruncated></ListBucketResult>'; }
   location /foreign-bucket/ { return 204; }
