@@ -98,6 +98,13 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     advice:
       "The gateway's store probe failed (its `/health/status` says `store.state: unreachable` and the last error): check the store (static HTTP, S3, or the directory's mount) and the network between them; reads through a router go to gateways that reach their store meanwhile.",
   },
+  slice_cache_memory_full: {
+    status: 503,
+    message:
+      'The slice cache holds as many slices in memory as it may, and none was given back in time; retry shortly.',
+    advice:
+      "Slices the cache cannot keep on disk (its disk full, below `ARKVORY_CACHE_MIN_FREE_BYTES`, or failing writes) are sent from memory, and slow clients hold theirs: once `ARKVORY_CACHE_MEMORY_MAX_BYTES` of them are held, a read waits for room up to `ARKVORY_STORAGE_TIMEOUT_SECONDS`, then is answered this (before its status line) or cut (mid-response). Free the cache's disk (`arkvory_slice_cache_relayed_fills_total` rising says it cannot keep slices), or raise the bound if the process has the memory.",
+  },
   upstream_timeout: {
     status: 504,
     message: 'The artifact store did not answer in time.',

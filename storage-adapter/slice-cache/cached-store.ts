@@ -53,7 +53,7 @@ export function withSliceCache(
         return inner.openBlob(sha256, ranges);
       }
       const origin: OriginRead = (range) => inner.openBlob(sha256, [range]);
-      const reader = new SlicedReader(cache, sha256, d, origin, options.readaheadSlices, ranges);
+      const reader = new SlicedReader(cache, sha256, d, origin, options, ranges);
       // No ranges (a HEAD): the recorded digests already say the blob exists and its size; the
       // store is not asked.
       const first = ranges[0];
@@ -76,7 +76,7 @@ export function withSliceCache(
       // any response header (a clean 502/504/500), as the uncached stores do.
       try {
         const covered = slicesCovering({ start: first.start, end: ranges.at(-1)!.end }, d.sliceBytes);
-        const source = reader.prepareFirst(first);
+        const source = await reader.prepareFirst(first);
         if (source.kind === 'fill') {
           await source.fill.opened;
           const total = ranges.reduce((n, r) => n + r.end - r.start + 1, 0);
@@ -140,6 +140,8 @@ class SlicedReader implements BlobReader {
   readonly #digests: SliceDigests;
   readonly #origin: OriginRead;
   readonly #readahead: number;
+  /** Longest a read waits for fill memory (SliceCache.memoryFreed) before it fails. */
+  readonly #memoryWaitMs: number;
   /** The ranges the response reads, in order (a fill withholds the last byte of each until verified). */
   readonly #ranges: readonly ByteRange[];
   readonly #held = new Map<number, SliceSource>();
@@ -155,35 +157,64 @@ class SlicedReader implements BlobReader {
     sha256: string,
     digests: SliceDigests,
     origin: OriginRead,
-    readahead: number,
+    options: SliceCachedStoreOptions,
     ranges: readonly ByteRange[],
   ) {
     this.#cache = cache;
     this.#sha256 = sha256;
     this.#digests = digests;
     this.#origin = origin;
-    this.#readahead = readahead;
+    this.#readahead = options.readaheadSlices;
+    this.#memoryWaitMs = options.verifyWaitMs;
     this.#ranges = ranges;
     this.sizeBytes = digests.sizeBytes;
   }
 
-  /** The source of slice `index`, acquired once and held until read past or closed. */
-  prepare(index: number): SliceSource {
+  /**
+   * The source of slice `index`, acquired once and held until read past or closed; undefined when
+   * it needs a new fill and the cache's fill memory is at its bound (SliceCache.acquireRun).
+   */
+  prepare(index: number): SliceSource | undefined {
     this.prepareRun(index, index);
-    return this.#held.get(index)!;
+    return this.#held.get(index);
   }
 
-  /** Acquires slices `first`..`last` not held yet, each run of missing ones with one origin read. */
+  /**
+   * The source of slice `index` (as `prepare`), waiting for fill memory while the cache has none
+   * to spare: up to the store's timeout, then 503 `slice_cache_memory_full` (before the status
+   * line; a cut after it). A client that leaves stops the wait: nothing is held meanwhile.
+   */
+  async #need(index: number, signal: AbortSignal | undefined): Promise<SliceSource> {
+    const deadline = Date.now() + this.#memoryWaitMs;
+    for (;;) {
+      signal?.throwIfAborted();
+      const source = this.prepare(index);
+      if (source) return source;
+      const left = deadline - Date.now();
+      if (left <= 0 || !(await this.#cache.memoryFreed(signal, left))) {
+        signal?.throwIfAborted();
+        if (Date.now() >= deadline)
+          throw new StorageError('slice_cache_memory_full', undefined, { headers: { 'Retry-After': '5' } });
+      }
+    }
+  }
+
+  /**
+   * Acquires slices `first`..`last` not held yet, each run of missing ones with one origin read;
+   * stops at the first one the cache's fill memory has no room for (the rest are readahead, or
+   * waited for by #need).
+   */
   prepareRun(first: number, last: number): void {
     for (let index = first; index <= last; index++) {
       if (this.#held.has(index)) continue;
       let end = index;
       while (end < last && !this.#held.has(end + 1)) end++;
-      const sources = this.#cache.acquireRun(this.#sha256, this.#digests, index, end, this.#origin);
+      const sources = this.#cache.acquireRun(this.#sha256, this.#digests, index, end, this.#origin, true);
       for (const [i, source] of sources.entries()) {
         if (source.kind === 'fill') this.#missed = true;
         this.#held.set(index + i, source);
       }
+      if (sources.length < end - index + 1) return;
       index = end;
     }
   }
@@ -209,7 +240,7 @@ class SlicedReader implements BlobReader {
    */
   async wholeFromDisk(): Promise<Buffer | undefined> {
     const source = this.prepare(0);
-    const disk = source.kind === 'disk' ? await this.#openDisk(0, source) : undefined;
+    const disk = source?.kind === 'disk' ? await this.#openDisk(0, source) : undefined;
     if (!disk) return undefined;
     const bytes = Buffer.allocUnsafe(this.sizeBytes);
     try {
@@ -271,16 +302,18 @@ class SlicedReader implements BlobReader {
     // Every slice outside the window goes, not only those behind: ranges may come in any order,
     // and one request must not pin a slice per range it has read.
     for (const held of [...this.#held.keys()]) if (held < index || held > last) this.#releaseSlice(held);
+    // Past the memory bound the slice being read comes first: no readahead is held while it waits.
+    if (!this.#held.has(index) && !this.prepare(index)) return;
     let ahead = 0;
     while (index + ahead < last && this.#held.has(index + ahead + 1)) ahead++;
     if (index + ahead < last && ahead < Math.ceil(this.#readahead / 2)) this.prepareRun(index + 1, last);
   }
 
   /** The first slices of a read: its first slice and the window ahead of it, within the first range. */
-  prepareFirst(range: ByteRange): SliceSource {
+  prepareFirst(range: ByteRange): Promise<SliceSource> {
     const { first, last } = slicesCovering(range, this.#digests.sliceBytes);
     this.prepareRun(first, Math.min(last, first + this.#readahead));
-    return this.prepare(first);
+    return this.#need(first, undefined);
   }
 
   /**
@@ -313,7 +346,8 @@ class SlicedReader implements BlobReader {
     const index = Math.floor(position / this.#digests.sliceBytes);
     if (this.#fill?.index !== index) this.#enter(index, position);
     for (;;) {
-      const source = this.prepare(index);
+      // Synchronous while there is memory (the common path); waits only past the bound.
+      const source = this.prepare(index) ?? (await this.#need(index, signal));
       if (source.kind === 'disk') {
         const opened = await this.#openDisk(index, source);
         // Removed (gone, or failed its check): acquired again, now as a fill.

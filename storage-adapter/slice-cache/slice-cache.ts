@@ -57,6 +57,12 @@ export interface SliceCacheOptions {
   readonly maxFiles: number;
   readonly minFreeBytes: number;
   readonly log: SliceCacheLog;
+  /**
+   * Bytes of fill buffers (slices being fetched, waiting for the disk, or relayed and not kept) the
+   * process holds at most (ARKVORY_CACHE_MEMORY_MAX_BYTES; default DEFAULT_MEMORY_MAX_BYTES): see
+   * `acquireRun` with `bounded`.
+   */
+  readonly maxMemoryBytes?: number;
   /** Makes a written slice file durable before its rename (default its fsync); injectable for tests. */
   readonly syncFile?: (handle: FileHandle) => Promise<void>;
   /** Makes a directory's entries durable after a rename or mkdir in it (default fsyncDirectory); injectable for tests. */
@@ -91,6 +97,8 @@ export interface SliceCacheStats {
   abandonedFills: number;
   heldBytes: number;
   heldSlices: number;
+  /** Bytes of fill buffers held now (slices in memory: being fetched, waiting for the disk, or relayed). */
+  memoryBytes: number;
 }
 
 /** What a reader gets for one slice: a verified file, or a fill in progress. */
@@ -126,6 +134,12 @@ const HASH_READ_BYTES = 1024 * 1024;
 const ORIGIN_READ_BYTES = 1024 * 1024;
 /** Fill buffers kept for the next fills (SliceBuffers): enough for a read and its readahead at 8 MiB slices. */
 const FREE_FILL_BUFFER_BYTES = 48 * 1024 * 1024;
+/**
+ * Default bound on the bytes of fill buffers held (maxMemoryBytes): eight download windows at the
+ * default slice size and readahead (5 × 8 MiB each), so a few hundred slow downloads from a cache
+ * that cannot write cost a bounded 320 MiB, not 40 MiB each.
+ */
+export const DEFAULT_MEMORY_MAX_BYTES = 320 * 1024 * 1024;
 /** Bytes of verified slices waiting for the disk, all fills together (see #keep). */
 const WRITE_BEHIND_MAX_BYTES = 64 * 1024 * 1024;
 
@@ -161,6 +175,8 @@ export class SliceCache {
   #unlinking = 0;
   #unlinkingFiles = 0;
   #closed = false;
+  /** Woken whenever fill memory is given back (memoryFreed). */
+  readonly #memoryWaiters = new Set<() => void>();
   readonly stats: SliceCacheStats = {
     hitRequests: 0,
     missRequests: 0,
@@ -178,6 +194,7 @@ export class SliceCache {
     abandonedFills: 0,
     heldBytes: 0,
     heldSlices: 0,
+    memoryBytes: 0,
   };
 
   private constructor(options: SliceCacheOptions) {
@@ -280,7 +297,24 @@ export class SliceCache {
    * it was sent, ~100–250 ms each for 8 MiB), and a cold full read should run at the pace of the
    * uncached relay, which is one stream. `release` must follow for every source.
    */
-  acquireRun(sha256: string, digests: SliceDigests, first: number, last: number, origin: OriginRead): SliceSource[] {
+  /**
+   * With `bounded` (the reads of responses), a new fill is made only while the fill buffers held
+   * stay within `maxMemoryBytes` (or none is held: a slice larger than the bound still goes): the
+   * sources stop at the first slice past it, and none is acquired when that is `first` (the
+   * caller waits for `memoryFreed` and tries again). Why: a fill that cannot be kept (a full or
+   * failing cache disk, the write-behind queue full) stays in memory while its readers send it,
+   * and a slow client holds its whole window; without a bound, many slow downloads from a cache
+   * that cannot write would take the process's memory. Slices on disk and fills already running
+   * cost no new memory and are always given.
+   */
+  acquireRun(
+    sha256: string,
+    digests: SliceDigests,
+    first: number,
+    last: number,
+    origin: OriginRead,
+    bounded = false,
+  ): SliceSource[] {
     const sources: SliceSource[] = [];
     let run: FillJob[] = [];
     const start = () => {
@@ -288,7 +322,7 @@ export class SliceCache {
       run = [];
     };
     try {
-      this.#acquireInto(sources, sha256, digests, first, last, origin, (job) => run.push(job), start);
+      this.#acquireInto(sources, sha256, digests, first, last, origin, (job) => run.push(job), start, bounded);
     } catch (err) {
       // A slice past the record's end, or a buffer the process could not allocate: what was
       // acquired is given back, and fills already in the table start (then stop: nobody reads
@@ -310,6 +344,7 @@ export class SliceCache {
     origin: OriginRead,
     queue: (job: FillJob) => void,
     start: () => void,
+    bounded: boolean,
   ): void {
     for (let index = first; index <= last; index++) {
       const key = `${sha256}-${digests.sliceBytes}-${index}`;
@@ -335,13 +370,44 @@ export class SliceCache {
       const range = sliceRange(digests, index);
       const length = range.end - range.start + 1;
       if (!(length > 0)) throw new RangeError(`slice ${index} of blob ${sha256} is past its recorded size`);
-      const fill = new Fill(length, this.#buffers.take(length), (bytes) => this.#buffers.give(bytes));
+      if (bounded && !this.#memoryFits(length)) return;
+      this.stats.memoryBytes += length;
+      const fill = new Fill(length, this.#buffers.take(length), (bytes) => {
+        this.stats.memoryBytes -= length;
+        this.#buffers.give(bytes);
+        for (const wake of [...this.#memoryWaiters]) wake();
+      });
       fill.hold();
       this.#fills.set(key, fill);
       this.stats.fillsInFlight++;
       queue({ key, sha256, digests, index, range, fill, origin });
       sources.push({ kind: 'fill', fill, started: true });
     }
+  }
+
+  #memoryFits(bytes: number): boolean {
+    const max = this.#options.maxMemoryBytes ?? DEFAULT_MEMORY_MAX_BYTES;
+    return this.stats.memoryBytes === 0 || this.stats.memoryBytes + bytes <= max;
+  }
+
+  /**
+   * Resolves true once some fill memory is given back; false after `ms`, or when `signal` aborts
+   * (the caller checks it). Nothing of the wait is left behind either way.
+   */
+  memoryFreed(signal: AbortSignal | undefined, ms: number): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const done = (freed: boolean) => {
+        clearTimeout(timer);
+        this.#memoryWaiters.delete(wake);
+        signal?.removeEventListener('abort', aborted);
+        resolve(freed);
+      };
+      const wake = () => done(true);
+      const aborted = () => done(false);
+      const timer = setTimeout(aborted, Math.max(0, ms));
+      this.#memoryWaiters.add(wake);
+      signal?.addEventListener('abort', aborted, { once: true });
+    });
   }
 
   release(source: SliceSource): void {
