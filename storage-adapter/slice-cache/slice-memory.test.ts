@@ -1,0 +1,169 @@
+/**
+ * The bound on the slice cache's fill memory: slices it cannot keep on disk stay in memory while
+ * their readers send them, so a cache disk that refuses every write and many slow clients must
+ * not hold more than `maxMemoryBytes` of them, whatever the number of downloads.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { digestsOf as digestsAt } from '../../test/support/slice-digests.ts';
+import type { ByteRange } from '../range.ts';
+import type { ArtifactStore, BlobReader } from '../store.ts';
+import { withSliceCache } from './cached-store.ts';
+import type { DigestDirectory } from './digest-directory.ts';
+import { SliceCache, type SliceSource } from './slice-cache.ts';
+
+const SLICE = 64 * 1024;
+const BOUND = 4 * SLICE;
+
+async function until(holds: () => boolean): Promise<void> {
+  while (!holds()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+const dirs: string[] = [];
+const caches: SliceCache[] = [];
+afterEach(async () => {
+  for (const cache of caches.splice(0)) {
+    await until(() => cache.stats.fillsInFlight === 0);
+    cache.close();
+  }
+  for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
+});
+
+/** A cache whose every slice file write fails (a full disk): every fill is relayed from memory. */
+async function fullDiskCache(): Promise<SliceCache> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-slice-memory-'));
+  dirs.push(dir);
+  const cache = await SliceCache.open({
+    dir,
+    maxBytes: 256 * SLICE,
+    maxFiles: 2 ** 32,
+    minFreeBytes: 0,
+    maxMemoryBytes: BOUND,
+    log: { info() {}, warn() {} },
+    syncFile: async () => {
+      throw Object.assign(new Error('no space left on device'), { code: 'ENOSPC' });
+    },
+  });
+  caches.push(cache);
+  return cache;
+}
+
+/** Fill sources acquired and not yet released: the slices held in memory (nothing is on disk). */
+function heldFills(cache: SliceCache) {
+  const out = new Set<SliceSource>();
+  let peak = 0;
+  const acquireRun = cache.acquireRun.bind(cache);
+  vi.spyOn(cache, 'acquireRun').mockImplementation((...args) => {
+    const sources = acquireRun(...args);
+    for (const s of sources) if (s.kind === 'fill' && s.started) out.add(s);
+    peak = Math.max(peak, out.size);
+    return sources;
+  });
+  const release = cache.release.bind(cache);
+  vi.spyOn(cache, 'release').mockImplementation((source) => {
+    out.delete(source);
+    release(source);
+  });
+  return {
+    get peak() {
+      return peak;
+    },
+  };
+}
+
+/** Blobs by name (the sha256 stands for the name: the cache only keys on it). */
+function storeOf(cache: SliceCache, blobs: Map<string, Buffer>, verifyWaitMs: number): ArtifactStore {
+  const read = (sha: string, range: ByteRange): BlobReader => {
+    const blob = blobs.get(sha)!;
+    return {
+      sizeBytes: blob.length,
+      async read(buffer, offset, length, position) {
+        const n = Math.max(0, Math.min(length, range.end + 1 - position));
+        blob.copy(buffer, offset, position, position + n);
+        return { bytesRead: n };
+      },
+      async close() {},
+    };
+  };
+  const inner = { openBlob: async (sha: string, ranges: readonly ByteRange[]) => read(sha, ranges[0]!) };
+  const digests = { get: async (sha: string) => digestsAt(blobs.get(sha)!, SLICE) } as unknown as DigestDirectory;
+  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, { readaheadSlices: 4, verifyWaitMs });
+}
+
+const shaOf = (i: number) => i.toString(16).padStart(64, '0');
+
+describe('slices held in memory by a cache that cannot write', () => {
+  it('stay within the bound however many slow downloads run; past it a download is answered 503 with Retry-After', async () => {
+    const cache = await fullDiskCache();
+    const fills = heldFills(cache);
+    const blobs = new Map(Array.from({ length: 8 }, (_, i) => [shaOf(i), randomBytes(8 * SLICE)] as const));
+    const store = storeOf(cache, blobs, 200);
+    // Eight slow clients: each opens its download, reads one byte and stalls.
+    const one = Buffer.alloc(1);
+    const outcomes = await Promise.allSettled(
+      [...blobs.keys()].map(async (sha) => {
+        const reader = await store.openBlob(sha, [{ start: 0, end: 8 * SLICE - 1 }]);
+        await reader.read(one, 0, 1, 0);
+        return reader;
+      }),
+    );
+    await until(() => cache.stats.fillsInFlight === 0);
+    expect(cache.stats.relayedFills).toBeGreaterThan(0);
+    expect(fills.peak * SLICE).toBeLessThanOrEqual(BOUND);
+    expect(cache.stats.memoryBytes).toBeLessThanOrEqual(BOUND);
+    const served = outcomes.filter((o) => o.status === 'fulfilled').map((o) => o.value);
+    const refused = outcomes.filter((o) => o.status === 'rejected').map((o) => o.reason);
+    expect(served).toHaveLength(1);
+    for (const err of refused)
+      expect(err).toMatchObject({ code: 'slice_cache_memory_full', headers: { 'Retry-After': '5' } });
+    // The served one goes on to its end, with no readahead past the bound, every byte right.
+    const [reader] = served as [BlobReader];
+    const blob = blobs.get(shaOf(0))!;
+    const rest = Buffer.alloc(blob.length);
+    for (let at = 0; at < rest.length; ) at += (await reader.read(rest, at, rest.length - at, at)).bytesRead;
+    expect(rest.equals(blob)).toBe(true);
+    expect(fills.peak * SLICE).toBeLessThanOrEqual(BOUND);
+    await reader.close();
+    await until(() => cache.stats.fillsInFlight === 0);
+    expect(cache.stats.memoryBytes).toBe(0);
+  });
+
+  it('a reader waiting for room holds nothing and stops waiting when its client leaves', async () => {
+    const cache = await fullDiskCache();
+    const blobs = new Map([[shaOf(1), randomBytes(8 * SLICE)] as const]);
+    // A long wait: only the client's leaving ends it here.
+    const store = storeOf(cache, blobs, 30_000);
+    const whole = [{ start: 0, end: 8 * SLICE - 1 }];
+    const first = await store.openBlob(shaOf(1), whole);
+    const one = Buffer.alloc(1);
+    await first.read(one, 0, 1, 0);
+    // The first download holds the bound (its slice and the readahead that fits).
+    expect(cache.stats.memoryBytes).toBe(BOUND);
+    // A second one shares the slices in memory at no cost, up to the end of what is held…
+    const second = await store.openBlob(shaOf(1), whole);
+    const head = Buffer.alloc(BOUND);
+    for (let at = 0; at < head.length; ) at += (await second.read(head, at, head.length - at, at)).bytesRead;
+    expect(head.equals(blobs.get(shaOf(1))!.subarray(0, BOUND))).toBe(true);
+    // …then waits for room for its next slice, and stops when its client goes.
+    const client = new AbortController();
+    const waiting = second.read(one, 0, 1, BOUND, client.signal);
+    const early = await Promise.race([
+      waiting.then(
+        () => 'read',
+        () => 'failed',
+      ),
+      new Promise((resolve) => setTimeout(() => resolve('waiting'), 100)),
+    ]);
+    expect(early).toBe('waiting');
+    expect(cache.stats.memoryBytes).toBe(BOUND);
+    client.abort(new Error('client gone'));
+    await expect(waiting).rejects.toThrow('client gone');
+    await second.close();
+    await first.close();
+    await until(() => cache.stats.fillsInFlight === 0);
+    expect(cache.stats.memoryBytes).toBe(0);
+  });
+});
