@@ -147,6 +147,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       minFreeBytes: v.num('ARKVORY_CACHE_MIN_FREE_BYTES'),
       sliceBytes: v.num('ARKVORY_CACHE_SLICE_BYTES'),
       readaheadSlices: v.num('ARKVORY_CACHE_READAHEAD_SLICES'),
+      maxMemoryBytes: v.num('ARKVORY_CACHE_MEMORY_MAX_BYTES'),
     },
     storage: {
       url: v.optStr('ARKVORY_STORAGE_URL'),

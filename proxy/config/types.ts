@@ -127,6 +127,8 @@ export interface Config {
     /** The slice size publish and scrub record digests with. */
     readonly sliceBytes: number;
     readonly readaheadSlices: number;
+    /** Bytes of slices held in memory (fills), per process: ARKVORY_CACHE_MEMORY_MAX_BYTES. */
+    readonly maxMemoryBytes: number;
   };
   /** The static-HTTP or S3 store; undefined = the filesystem store under `dataDir`. */
   readonly storage: {

@@ -531,6 +531,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Slice size new blobs are digested with at publish (and by scrub for older blobs); the cache fetches and verifies a blob in slices of the size recorded for it.',
   },
   {
+    name: 'ARKVORY_CACHE_MEMORY_MAX_BYTES',
+    kind: { type: 'int', min: 1048576, max: 1024 * TiB },
+    defaultValue: '335544320',
+    doc: 'Upper bound on the bytes of slices the slice cache holds in memory, per process (each worker its own): slices being fetched, waiting for the disk, or sent from memory because they cannot be kept (the cache\'s disk full, below `ARKVORY_CACHE_MIN_FREE_BYTES`, failing writes), which a slow client holds while it reads them. Default 320 MiB, eight download windows at the default slice size and readahead. Past it a download reads without readahead and waits for room up to `ARKVORY_STORAGE_TIMEOUT_SECONDS`, then is answered 503 `slice_cache_memory_full` with `Retry-After` (before its status line) or cut (mid-response); slices on disk and slices other downloads are fetching cost nothing and are always served. See docs/storage-and-content.md, "Cache".',
+  },
+  {
     name: 'ARKVORY_CACHE_READAHEAD_SLICES',
     kind: { type: 'int', min: 0, max: 64 },
     defaultValue: '4',

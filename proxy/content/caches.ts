@@ -163,7 +163,12 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
   // what belongs to no worker before it started them (run-primary.ts).
   if (!instance) await removeStrayLayout(configured.dir, 1, log);
   const own = instance ? workerSliceCache(configured, instance.index, instance.workers) : configured;
-  const cache = await SliceCache.open({ ...own, minFreeBytes: sliceCache.minFreeBytes, log });
+  const cache = await SliceCache.open({
+    ...own,
+    minFreeBytes: sliceCache.minFreeBytes,
+    maxMemoryBytes: sliceCache.maxMemoryBytes,
+    log,
+  });
   const remove = async (gone: Set<string>): Promise<void> => {
     if (gone.size === 0) return;
     const removed = await cache.removeBlobs(gone);

@@ -370,6 +370,12 @@ export const GATEWAY_METRICS = [
     help: 'Disk taken by the verified slices the cache holds (each counted in whole 4 KiB blocks).',
   },
   {
+    name: 'arkvory_slice_cache_memory_bytes',
+    type: 'gauge',
+    labels: [],
+    help: 'Slices the cache holds in memory (being fetched, waiting for the disk, or sent from memory because they cannot be kept), per process; at `ARKVORY_CACHE_MEMORY_MAX_BYTES` downloads wait for room, then are answered 503 `slice_cache_memory_full`.',
+  },
+  {
     name: RATE_LIMIT_METRIC_NAMES.checks,
     type: 'counter',
     labels: ['limiter', 'action', 'matched', 'error'],

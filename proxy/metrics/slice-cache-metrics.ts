@@ -57,4 +57,7 @@ export function registerSliceCacheMetrics(registry: Registry, stats: () => Slice
   gauge(registry, 'arkvory_slice_cache_held_bytes', function () {
     slice(this, (s) => [[{}, s.heldBytes]]);
   });
+  gauge(registry, 'arkvory_slice_cache_memory_bytes', function () {
+    slice(this, (s) => [[{}, s.memoryBytes]]);
+  });
 }
