@@ -29,7 +29,9 @@
  * `minFreeBytes` free; the least recently used unpinned slices are evicted to make room. When no room can be made (every slice in use, a fill larger than the bound, a full
  * disk), the fill is relayed from memory to its readers and not kept: a degraded miss, never an
  * error. A slice file that cannot be opened or read (an I/O error) is fetched from the store for its
- * reader instead (`diskFailed`): a failing disk is a miss, never an error either. A missing or
+ * reader instead (`diskFailed`): a failing disk is a miss, never an error either. Memory: every
+ * fill's buffer counts against `maxMemoryBytes` from its acquire until its last holder lets go
+ * (`stats.memoryBytes`); the reads of responses make new fills only within it (acquireRun). A missing or
  * deleted directory is a cold start: it is made again.
  */
 import { createHash, randomUUID } from 'node:crypto';
