@@ -146,11 +146,16 @@ function track(harnessGateway: HarnessGateway, dataDir: string): GatewayProcess 
   // A gateway started inside a test ends with it (one writer per database: the next test may need
   // its own); one started in a hook lives until the file ends. When the test fails (a timeout
   // included), the end of the gateway's output is printed with the failure: it says what the
-  // process was doing, which an assertion on it or a timeout alone does not.
+  // process was doing, which an assertion on it or a timeout alone does not. It is printed once
+  // the process has stopped and its output was read to the end: at the failure, the lines it wrote
+  // last (the request that failed, the error that cut a response) may still be in the pipe.
   try {
     onTestFinished(async ({ task }) => {
-      if (task.result?.state === 'fail') console.error(outputTail(gateway));
+      const failed = task.result?.state === 'fail';
+      // As it was at the failure, before the stop: an exit then (a crash, a kill) is the finding.
+      const state = gateway.isRunning() ? 'still running' : `exited (${String(await gateway.exited)})`;
       await gateway.stop('SIGTERM', STOP_GRACE_MS);
+      if (failed) console.error(outputTail(gateway, state));
     });
   } catch {
     // not inside a test
@@ -158,15 +163,19 @@ function track(harnessGateway: HarnessGateway, dataDir: string): GatewayProcess 
   return gateway;
 }
 
-const TAIL_LINES = 40;
+/** Enough for the lines before the failure and the few of the shutdown that follows it. */
+const TAIL_LINES = 60;
 
-/** The last lines of a gateway's output, headed with its port and whether it still runs. */
-function outputTail(gateway: HarnessGateway): string {
+/**
+ * The last lines of a gateway's output, read to its end, headed with its port and its `state` at
+ * the failure; when it was still running, the last lines are those of the stop that followed.
+ */
+function outputTail(gateway: HarnessGateway, state: string): string {
   const lines = gateway.logs().trimEnd().split('\n');
-  const state = gateway.isRunning() ? 'still running' : 'exited';
   const shown = lines.slice(-TAIL_LINES).join('\n');
   const cut = lines.length > TAIL_LINES ? ` (last ${TAIL_LINES} of ${lines.length} lines)` : '';
-  return `gateway on port ${gateway.port}, ${state}${cut}:\n${shown}`;
+  const stopped = state === 'still running' ? ', then stopped with SIGTERM' : '';
+  return `gateway on port ${gateway.port}, ${state} at the failure${stopped}${cut}:\n${shown}`;
 }
 
 /**
