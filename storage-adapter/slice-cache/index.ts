@@ -1,7 +1,7 @@
 /** The slice cache: verified slices of remote stores' blobs on local disk (docs/storage-and-content.md, "Cache"). */
 export { withSliceCache, type SliceCachedStoreOptions } from './cached-store.ts';
 export { DigestDirectory, type DigestValidity } from './digest-directory.ts';
-export { SliceCache, type SliceCacheOptions, type SliceCacheStats } from './slice-cache.ts';
+export { SliceCache, type SliceCacheOptions, type SliceCacheStats, type SliceSource } from './slice-cache.ts';
 export {
   foreignEntries,
   removeStrayLayout,

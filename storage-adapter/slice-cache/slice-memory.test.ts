@@ -4,74 +4,31 @@
  * not hold more than `maxMemoryBytes` of them, whatever the number of downloads.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { heldSources, openTestSliceCache, until } from '../../test/support/slice-cache-tests.ts';
 import { digestsOf as digestsAt } from '../../test/support/slice-digests.ts';
 import type { ByteRange } from '../range.ts';
 import type { ArtifactStore, BlobReader } from '../store.ts';
 import { withSliceCache } from './cached-store.ts';
 import type { DigestDirectory } from './digest-directory.ts';
-import { SliceCache, type SliceSource } from './slice-cache.ts';
+import type { SliceCache } from './slice-cache.ts';
 
 const SLICE = 64 * 1024;
 const BOUND = 4 * SLICE;
 
-async function until(holds: () => boolean): Promise<void> {
-  while (!holds()) await new Promise((resolve) => setTimeout(resolve, 5));
-}
-
-const dirs: string[] = [];
-const caches: SliceCache[] = [];
-afterEach(async () => {
-  for (const cache of caches.splice(0)) {
-    await until(() => cache.stats.fillsInFlight === 0);
-    cache.close();
-  }
-  for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
-});
-
 /** A cache whose every slice file write fails (a full disk): every fill is relayed from memory. */
-async function fullDiskCache(): Promise<SliceCache> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-slice-memory-'));
-  dirs.push(dir);
-  const cache = await SliceCache.open({
-    dir,
-    maxBytes: 256 * SLICE,
-    maxFiles: 2 ** 32,
-    minFreeBytes: 0,
+function fullDiskCache(): Promise<SliceCache> {
+  return openTestSliceCache(SLICE, {
     maxMemoryBytes: BOUND,
-    log: { info() {}, warn() {} },
     syncFile: async () => {
       throw Object.assign(new Error('no space left on device'), { code: 'ENOSPC' });
     },
   });
-  caches.push(cache);
-  return cache;
 }
 
 /** Fill sources acquired and not yet released: the slices held in memory (nothing is on disk). */
 function heldFills(cache: SliceCache) {
-  const out = new Set<SliceSource>();
-  let peak = 0;
-  const acquireRun = cache.acquireRun.bind(cache);
-  vi.spyOn(cache, 'acquireRun').mockImplementation((...args) => {
-    const sources = acquireRun(...args);
-    for (const s of sources) if (s.kind === 'fill' && s.started) out.add(s);
-    peak = Math.max(peak, out.size);
-    return sources;
-  });
-  const release = cache.release.bind(cache);
-  vi.spyOn(cache, 'release').mockImplementation((source) => {
-    out.delete(source);
-    release(source);
-  });
-  return {
-    get peak() {
-      return peak;
-    },
-  };
+  return heldSources(cache, (s) => s.kind === 'fill' && s.started);
 }
 
 /** Blobs by name (the sha256 stands for the name: the cache only keys on it). */

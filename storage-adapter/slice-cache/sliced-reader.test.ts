@@ -1,15 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ByteRange } from '../range.ts';
+import { heldSources, openTestSliceCache, until } from '../../test/support/slice-cache-tests.ts';
 import { digestsOf as digestsAt } from '../../test/support/slice-digests.ts';
 import type { SliceDigests } from '../slice-digests.ts';
 import type { ArtifactStore, BlobReader } from '../store.ts';
 import { withSliceCache } from './cached-store.ts';
 import type { DigestDirectory } from './digest-directory.ts';
-import { type OriginRead, SliceCache, type SliceSource } from './slice-cache.ts';
+import type { OriginRead, SliceCache, SliceSource } from './slice-cache.ts';
 
 const SLICE = 64 * 1024;
 const SHA = 'c'.repeat(64);
@@ -34,61 +32,13 @@ function originOf(served: () => Buffer) {
   return { read, opened };
 }
 
-/**
- * Until `holds()`: verified slices are written behind their fills one at a time, at the disk's pace
- * (fsync each), which on a loaded machine can take longer than vi.waitFor's 1 s. No deadline of its
- * own: the test's (or hook's) timeout bounds a fill that never finishes.
- */
-async function until(holds: () => boolean): Promise<void> {
-  while (!holds()) await new Promise((resolve) => setTimeout(resolve, 5));
-}
-
-const dirs: string[] = [];
-const caches: SliceCache[] = [];
-afterEach(async () => {
-  for (const cache of caches.splice(0)) {
-    await until(() => cache.stats.fillsInFlight === 0);
-    cache.close();
-  }
-  for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
-});
-
-async function openCache(): Promise<SliceCache> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-sliced-reader-'));
-  dirs.push(dir);
-  const cache = await SliceCache.open({
-    dir,
-    maxBytes: 256 * SLICE,
-    maxFiles: 2 ** 32,
-    minFreeBytes: 0,
-    log: { info() {}, warn() {} },
-  });
-  caches.push(cache);
-  return cache;
+function openCache(): Promise<SliceCache> {
+  return openTestSliceCache(SLICE);
 }
 
 /** The cache with its sources counted: acquired and not yet released, by kind. */
 function counted(cache: SliceCache) {
-  const out = new Set<SliceSource>();
-  let peak = 0;
-  const acquireRun = cache.acquireRun.bind(cache);
-  vi.spyOn(cache, 'acquireRun').mockImplementation((...args) => {
-    const sources = acquireRun(...args);
-    for (const s of sources) out.add(s);
-    peak = Math.max(peak, out.size);
-    return sources;
-  });
-  const release = cache.release.bind(cache);
-  vi.spyOn(cache, 'release').mockImplementation((source) => {
-    out.delete(source);
-    release(source);
-  });
-  return {
-    get peak() {
-      return peak;
-    },
-    held: (kind: SliceSource['kind']) => [...out].filter((s) => s.kind === kind).length,
-  };
+  return heldSources(cache);
 }
 
 function storeOver(cache: SliceCache, blob: Buffer, readaheadSlices: number): ArtifactStore {
