@@ -8,6 +8,7 @@ import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { RANGE_OBJECT_BYTES, useMisbehavingStore, WHOLE_BYTES } from '../../test/support/misbehaving-store.ts';
 import { openRangeStream, rangeStreamReader } from './range-stream.ts';
+import type { BlobReader } from '../store.ts';
 
 const SIZE = RANGE_OBJECT_BYTES;
 const store = useMisbehavingStore();
@@ -60,20 +61,12 @@ describe('openRangeStream against a misbehaving store', () => {
     const reader = rangeStreamReader('a'.repeat(64), SIZE, [{ start: 0, end: 99 }], undefined, (start, end) =>
       openRangeStream(getFrom('/range/long-body'), what('/range/long-body'), start, end),
     );
-    const buffer = Buffer.alloc(200);
-    let position = 0;
-    const read = async () => {
-      for (;;) {
-        const { bytesRead } = await reader.read(buffer, position, 200 - position, position);
-        if (bytesRead === 0) return;
-        position += bytesRead;
-      }
-    };
-    await expect(read()).rejects.toMatchObject({
+    const sent = readToEnd(reader, 200);
+    await expect(sent.done).rejects.toMatchObject({
       code: 'upstream_unreachable',
       message: expect.stringContaining('past byte 99'),
     });
-    expect(position).toBe(100);
+    expect(sent.position).toBe(100);
     await reader.close();
   });
 
@@ -93,20 +86,32 @@ describe('openRangeStream against a misbehaving store', () => {
     const reader = rangeStreamReader('a'.repeat(64), SIZE, [{ start: 0, end: 199 }], undefined, (start, end) =>
       openRangeStream(getFrom('/range/short-body'), what('/range/short-body'), start, end),
     );
-    const buffer = Buffer.alloc(200);
-    let position = 0;
-    const read = async () => {
-      for (;;) {
-        const { bytesRead } = await reader.read(buffer, position, 200 - position, position);
-        if (bytesRead === 0) return;
-        position += bytesRead;
-      }
-    };
-    await expect(read()).rejects.toMatchObject({
+    const sent = readToEnd(reader, 200);
+    await expect(sent.done).rejects.toMatchObject({
       code: 'upstream_unreachable',
       message: expect.stringContaining('at byte 100, before byte 199'),
     });
-    expect(position).toBe(100);
+    expect(sent.position).toBe(100);
     await reader.close();
   });
 });
+
+/** Reads `reader` through read() from byte 0 into `size` bytes until it ends; `position` is how far it got. */
+function readToEnd(reader: BlobReader, size: number): { done: Promise<void>; readonly position: number } {
+  const buffer = Buffer.alloc(size);
+  let position = 0;
+  const done = (async () => {
+    for (;;) {
+      const { bytesRead } = await reader.read(buffer, position, size - position, position);
+      if (bytesRead === 0) return;
+      position += bytesRead;
+    }
+  })();
+  done.catch(() => {});
+  return {
+    done,
+    get position() {
+      return position;
+    },
+  };
+}
