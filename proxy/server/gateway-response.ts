@@ -106,9 +106,15 @@ export function withEarlyHeader(early: string[] | undefined, name: string, value
   return list;
 }
 
-/** Adds an early header when `res` is a gateway response, else sets it the ordinary way. */
+/** A response that keeps early headers for its status line: the gateway's, over HTTP/1.1 or HTTP/2. */
+interface EarlyHeaders {
+  addEarlyHeader(name: string, value: string): void;
+}
+
+/** Adds an early header when `res` keeps them (a gateway response), else sets it the ordinary way. */
 export function addEarlyHeader(res: ServerResponse, name: string, value: string): void {
-  if (res instanceof GatewayResponse) res.addEarlyHeader(name, value);
+  const early = res as ServerResponse & Partial<EarlyHeaders>;
+  if (typeof early.addEarlyHeader === 'function') early.addEarlyHeader(name, value);
   else res.setHeader(name, value);
 }
 

@@ -8,6 +8,7 @@ import http2 from 'node:http2';
 import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { AnswerBudget } from './front-door/http2-send-budget.ts';
+import { withEarlyHeader } from './gateway-response.ts';
 
 /** Connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an answer, never sent. */
 const { NGHTTP2_NO_ERROR } = http2.constants;
@@ -37,8 +38,14 @@ type Headers = OutgoingHttpHeaders | readonly OutgoingHttpHeader[];
 /**
  * A response on an HTTP/2 stream: counts the body bytes written, drops connection-specific headers
  * (a `Connection: close` the HTTP/1.1 path adds would make node:http2 warn, a `Transfer-Encoding`
- * would throw), and answers the gateway's early headers (`addEarlyHeader`, an HTTP/1.1 fast path)
- * with `setHeader`, which has the same meaning here.
+ * would throw), and keeps the gateway's early headers (`addEarlyHeader`) for the status line.
+ *
+ * Why `writeHead` hands the stream one list itself: node:http2's compatibility `writeHead` stores
+ * every header one `setHeader` at a time in a dictionary object (validating and lower-casing each),
+ * which the stream then copies and validates again; a visible share of a small answer's CPU. With
+ * nothing set progressively, the list goes to the stream as it is, with what the compatibility
+ * layer adds: the Date field and `waitForTrailers` (its empty trailers keep a half-closed stream
+ * open until the answer's last frame, which h2spec's 5.1/6 depends on).
  */
 export class Http2Response extends http2.Http2ServerResponse {
   /** The request this answers, told when the response closes (proxy/server/request-exchange.ts). */
@@ -51,17 +58,24 @@ export class Http2Response extends http2.Http2ServerResponse {
   /** node:http's `shouldKeepAlive`: the connection is shared by other streams, so it stays open. */
   shouldKeepAlive = true;
 
-  /** The gateway's early headers (request id, RateLimit fields) are never connection headers: set directly. */
+  /** Name/value pairs, names in lower case, for the status line (gateway-response.ts's `withEarlyHeader`). */
+  #early: string[] | undefined;
+  /** A header was set through the progressive API: node:http2 merges, and the early ones join that way. */
+  #progressive = false;
+
+  /** Adds `name: value` to the answer; a header of the same name given to `writeHead` replaces it. */
   addEarlyHeader(name: string, value: string): void {
-    super.setHeader(name, value);
+    this.#early = withEarlyHeader(this.#early, name, value);
   }
 
   override setHeader(name: string, value: number | string | readonly string[]): this {
+    this.#progressive = true;
     if (!CONNECTION_HEADERS.has(name.toLowerCase())) super.setHeader(name, value);
     return this;
   }
 
   override appendHeader(name: string, value: string | readonly string[]): this {
+    this.#progressive = true;
     if (!CONNECTION_HEADERS.has(name.toLowerCase())) super.appendHeader(name, value as string | string[]);
     return this;
   }
@@ -69,9 +83,29 @@ export class Http2Response extends http2.Http2ServerResponse {
   override writeHead(statusCode: number, headers?: Headers): this;
   override writeHead(statusCode: number, statusMessage: string, headers?: Headers): this;
   override writeHead(statusCode: number, reasonOrHeaders?: string | Headers, maybeHeaders?: Headers): this {
-    const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : (reasonOrHeaders ?? maybeHeaders);
     // The reason phrase does not exist in HTTP/2: never passed on (node:http2 would warn).
-    return super.writeHead(statusCode, withoutConnectionHeaders(given) as OutgoingHttpHeaders);
+    const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : (reasonOrHeaders ?? maybeHeaders);
+    const early = this.#early;
+    this.#early = undefined;
+    const { stream } = this;
+    // Set progressively, or a stream that cannot answer (node:http2 ignores that or throws): its own path.
+    if (this.#progressive || stream.destroyed || stream.closed || stream.headersSent) {
+      if (early !== undefined && !stream.headersSent)
+        for (let i = 0; i < early.length; i += 2)
+          if (!this.hasHeader(early[i]!) && !isGiven(given, early[i]!)) super.setHeader(early[i]!, early[i + 1]!);
+      return super.writeHead(statusCode, withoutConnectionHeaders(given) as OutgoingHttpHeaders);
+    }
+    // The setter refuses what node:http2 refuses (1xx, out of range); `getHeader('status')` readers see it.
+    this.statusCode = statusCode;
+    const list: OutgoingHttpHeader[] = [':status', statusCode];
+    if (early !== undefined)
+      for (let i = 0; i < early.length; i += 2) if (!isGiven(given, early[i]!)) list.push(early[i]!, early[i + 1]!);
+    if (given !== undefined) appendWithoutConnectionHeaders(list, given);
+    // `end()` before any write: the status line carries END_STREAM (writableEnded is the compat's "ending").
+    // `sendDate` is an option node:http2 reads (the Date field) that its types leave out.
+    const options = { endStream: this.writableEnded, waitForTrailers: true, sendDate: this.sendDate };
+    stream.respond(list as unknown as http2.OutgoingHttpHeaders, options as http2.ServerStreamResponseOptions);
+    return this;
   }
 
   override write(chunk: unknown, encoding?: unknown, cb?: unknown): boolean {
@@ -120,6 +154,38 @@ function withoutConnectionHeaders(headers: Headers | undefined): Headers | undef
   for (let i = 0; i + 1 < headers.length; i += 2)
     if (!CONNECTION_HEADERS.has(String(headers[i]).toLowerCase())) out.push(headers[i]!, headers[i + 1]!);
   return out;
+}
+
+/** Appends `headers` (an object, a flat list or a list of pairs) to the flat `list`, connection headers left out. */
+function appendWithoutConnectionHeaders(list: OutgoingHttpHeader[], headers: Headers): void {
+  if (!Array.isArray(headers)) {
+    const object = headers as OutgoingHttpHeaders;
+    for (const name in object) {
+      const value = object[name];
+      if (value !== undefined && !CONNECTION_HEADERS.has(name.toLowerCase())) list.push(name, value);
+    }
+    return;
+  }
+  if (headers.length > 0 && Array.isArray(headers[0])) {
+    for (const [name, value] of headers as unknown as readonly [string, OutgoingHttpHeader][])
+      if (!CONNECTION_HEADERS.has(String(name).toLowerCase())) list.push(name, value);
+    return;
+  }
+  for (let i = 0; i + 1 < headers.length; i += 2)
+    if (!CONNECTION_HEADERS.has(String(headers[i]).toLowerCase())) list.push(headers[i]!, headers[i + 1]!);
+}
+
+/** True when `headers` names `lower` (objects by their lower-case key, as the gateway writes them; lists without case). */
+function isGiven(headers: Headers | undefined, lower: string): boolean {
+  if (headers === undefined) return false;
+  if (!Array.isArray(headers)) return (headers as OutgoingHttpHeaders)[lower] !== undefined;
+  if (headers.length > 0 && Array.isArray(headers[0])) {
+    for (const [name] of headers as unknown as readonly [string, OutgoingHttpHeader][])
+      if (String(name).toLowerCase() === lower) return true;
+    return false;
+  }
+  for (let i = 0; i + 1 < headers.length; i += 2) if (String(headers[i]).toLowerCase() === lower) return true;
+  return false;
 }
 
 /** True when the request arrived on an HTTP/2 stream. */
