@@ -53,6 +53,14 @@ export interface DownloadOptions {
   /** Injected for tests: time, and how to wait. */
   readonly now?: () => number;
   readonly sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  /** Injected for tests: the calls that write the partial and state files (one failed stands for a crash there). */
+  readonly files?: DownloadFiles;
+}
+
+/** The file system calls that write `<output>.partial` (`open`) and `<output>.partial.json` (`writeFile`). */
+export interface DownloadFiles {
+  readonly open: typeof open;
+  readonly writeFile: typeof writeFile;
 }
 
 export interface DownloadResult {
@@ -133,6 +141,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   const keyScope = new KeyScope(options.keyOrigins ?? urls);
   const now = options.now ?? Date.now;
   const sleep = options.sleep ?? defaultSleep;
+  const files = options.files ?? { open, writeFile };
   const partial = `${options.output}.partial`;
   const stateFile = `${partial}.json`;
   const maxStalled = options.maxStalledAttempts ?? 12;
@@ -217,13 +226,24 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
               { status: res.statusCode },
             );
           }
-          if (decision.offset === 0 && held > 0) held = 0;
-          state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
-          confirmed = true;
-          await writeFile(stateFile, JSON.stringify(state), { flag: CREATE });
-          if (!hash || hashed !== decision.offset) {
-            hash = await hashPrefix(partial, decision.offset);
-            hashed = decision.offset;
+          // Starting over (offset 0), the partial file is emptied before the state file names the new
+          // representation: a crash between the two leaves the old ETag over no bytes (the next run
+          // starts from 0), never the new ETag over the old bytes, which a resume would extend with
+          // the new ones.
+          const file = await files.open(partial, decision.offset === 0 ? CREATE : O_WRONLY | O_NOFOLLOW, partialMode);
+          try {
+            if (decision.offset === 0) held = 0;
+            state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
+            confirmed = true;
+            await files.writeFile(stateFile, JSON.stringify(state), { flag: CREATE });
+            if (!hash || hashed !== decision.offset) {
+              hash = await hashPrefix(partial, decision.offset);
+              hashed = decision.offset;
+            }
+          } catch (err) {
+            await file.close();
+            res.body.destroy();
+            throw err;
           }
           const running = hash;
           const counter = new Transform({
@@ -236,7 +256,6 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
             },
           });
           try {
-            const file = await open(partial, decision.offset === 0 ? CREATE : O_WRONLY | O_NOFOLLOW, partialMode);
             await pipeline(res.body, counter, file.createWriteStream({ start: decision.offset }));
           } finally {
             // What is on disk is the truth (a chunk counted may not have been written).

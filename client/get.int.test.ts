@@ -7,7 +7,7 @@
  * through `--mirror`. Every download is compared byte for byte.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { constants, existsSync, statSync } from 'node:fs';
 import { chmod, chown, mkdtemp, open, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
@@ -190,6 +190,49 @@ describe('arkvory get against one gateway', () => {
     expect(sha256(await readFile(output))).toBe(sha256(after));
     expect(existsSync(`${output}.partial`)).toBe(false);
     expect(existsSync(`${output}.partial.json`)).toBe(false);
+  });
+
+  it('starting over after the object changed, never leaves a state file naming the new bytes over the old ones', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/restarted.bin';
+    const before = randomContent(64 * 1024);
+    const after = randomContent(64 * 1024);
+    const output = path.join(dir, 'restarted.bin');
+    await put(gw, key, name, before);
+    expect((await request(`${gw.url}${name}`, { method: 'DELETE', headers: bearer(key) })).status).toBe(204);
+    await put(gw, key, name, after);
+    const etagOf = (b: Buffer) => `"${sha256(b)}"`;
+    // The run that starts over empties the partial file and writes the new state: one of those two
+    // calls fails, which stands for the process dying between them (a file error ends the download).
+    for (const step of ['the partial file emptied', 'the new state written'] as const) {
+      // An earlier run, killed, holds half of the old bytes.
+      await writeFile(`${output}.partial`, before.subarray(0, before.length / 2));
+      await writeFile(
+        `${output}.partial.json`,
+        JSON.stringify({ etag: etagOf(before), total: before.length, digestHex: sha256(before) }),
+      );
+      const crash = Object.assign(new Error(`EIO: crashed at ${step}`), { code: 'EIO', syscall: 'write' });
+      const files = {
+        open: ((file, flags, mode) => {
+          if (step === 'the partial file emptied' && typeof flags === 'number' && flags & constants.O_TRUNC)
+            return Promise.reject(crash);
+          return open(file, flags, mode);
+        }) as typeof open,
+        writeFile: ((file, data, options) => {
+          if (step === 'the new state written' && String(file).endsWith('.partial.json')) return Promise.reject(crash);
+          return writeFile(file, data, options);
+        }) as typeof writeFile,
+      };
+      await expect(download({ url: `${gw.url}${name}/content`, output, key, files })).rejects.toBe(crash);
+      // What the crash left: the partial file holds the start of the representation the state names.
+      const state = JSON.parse(await readFile(`${output}.partial.json`, 'utf8')) as { etag: string };
+      const held = await readFile(`${output}.partial`);
+      const named = state.etag === etagOf(after) ? after : before;
+      expect(named.subarray(0, held.length).equals(held), `after a crash at ${step}`).toBe(true);
+      // The next run gets the new bytes.
+      const got = await download({ url: `${gw.url}${name}/content`, output, key });
+      expect(got.sha256).toBe(sha256(after));
+      expect(sha256(await readFile(output))).toBe(sha256(after));
+    }
   });
 
   it('never writes through a symlink planted at its partial file or its state file', async () => {

@@ -2,7 +2,7 @@
  * The Arkvory client SDK: resuming downloads, multipart-resuming uploads and pre-signed links, with
  * an AbortSignal on each call and errors carrying the gateway's stable codes. Depends on undici only.
  */
-export { download, type DownloadOptions, type DownloadResult } from './download.ts';
+export { download, type DownloadFiles, type DownloadOptions, type DownloadResult } from './download.ts';
 export { upload, contentDigestHeader, type UploadOptions, type UploadResult } from './upload.ts';
 export { presign, type PresignedLink } from './presign.ts';
 export { ArkvoryClientError, CLIENT_ERRORS, type ClientErrorCode } from './errors.ts';
