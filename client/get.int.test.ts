@@ -1,10 +1,11 @@
 /**
  * The resuming client (SDK and `arkvory get`) against real gateways: it waits out a 429 `busy`,
  * refuses a file that does not match the published digest, resumes after the CLI itself was
- * killed, fetches a pre-signed link made by `arkvory presign` (also read with `--link-file`), keeps
- * the mode and owner of a file it replaces, and — in the shared profile with a router in front of a
- * writer and a reader — survives the gateway serving it being killed, both through the router and
- * through `--mirror`. Every download is compared byte for byte.
+ * killed, fetches a pre-signed link made by `arkvory presign` (also read with `--link-file`, and made
+ * through an nginx that publishes the gateway under a path prefix), keeps the mode and owner of a
+ * file it replaces, and — in the shared profile with a router in front of a writer and a reader —
+ * survives the gateway serving it being killed, both through the router and through `--mirror`.
+ * Every download is compared byte for byte.
  */
 import { spawn } from 'node:child_process';
 import { constants, existsSync, statSync } from 'node:fs';
@@ -18,6 +19,7 @@ import { bearer, createRepository, createServiceAccount } from '../test/support/
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
 import { CLI, ROOT, makeTempDir, runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { startHeaderLoggingProxy } from '../test/support/header-logging-proxy.ts';
 import { ArkvoryClientError, download } from './index.ts';
 import { freeLoopbackPort } from '../test/harness/index.ts';
 
@@ -362,6 +364,33 @@ describe('arkvory get against one gateway', () => {
     });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/^arkvory: invalid_request: /);
+  });
+
+  it('`presign --url` under a path prefix (nginx strips it): the link keeps the prefix and verifies at the gateway', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/prefixed.bin';
+    const body = randomContent(64 * 1024);
+    await put(gw, key, name, body);
+    const proxy = await startHeaderLoggingProxy(gw.url, { pathPrefix: '/arkvory/' });
+    try {
+      const made = await runCli(['presign', 'dl', 'prefixed.bin', '--expires', '10m'], {
+        ARKVORY_URL: `${proxy.url}/arkvory/`,
+        ARKVORY_KEY: key,
+      });
+      expect(made.code, made.stderr).toBe(0);
+      const link = JSON.parse(made.stdout) as { url: string; path: string };
+      // The signature binds the path the gateway sees, without the prefix; the link goes through it.
+      expect(link.path).toMatch(/^\/api\/v1\/repositories\/dl\/artifacts\/prefixed\.bin\/content\?X-Arkvory-Key=/);
+      expect(link.url).toBe(`${proxy.url}/arkvory${link.path}`);
+      const output = path.join(dir, 'prefixed.bin');
+      const got = await runCli(['get', '--link-file', '-', '-o', output], {}, `${link.url}\n`);
+      expect(got.code, got.stderr).toBe(0);
+      expect(sha256(await readFile(output))).toBe(sha256(body));
+      // Through nginx under the prefix (its own readiness probe of `/` aside).
+      const fetched = (await proxy.requests()).filter((r) => r.request.includes('/content'));
+      expect(fetched.map((r) => [r.status, r.request.split('?')[0]])).toEqual([[200, `GET /arkvory${name}/content`]]);
+    } finally {
+      await proxy.stop();
+    }
   });
 
   it('`--link-file`: reads the link from a file or standard input, off the command line; with no link or two, exit 2', async () => {

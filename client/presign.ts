@@ -1,5 +1,6 @@
 import { request, type Dispatcher } from 'undici';
 import { gatewayError, unsendable } from './errors.ts';
+import { linkUrl } from './link-prefix.ts';
 
 export interface PresignedLink {
   readonly url: string;
@@ -9,8 +10,10 @@ export interface PresignedLink {
 }
 
 /**
- * Asks the gateway for a pre-signed link to a target (`baseUrl` is its upload/metadata URL). The link
- * is returned on the origin this client used, whatever Host the gateway saw.
+ * Asks the gateway for a pre-signed link to a target (`url` is its upload/metadata URL). The link is
+ * returned on the origin this client used, whatever Host the gateway saw, and under the path prefix
+ * `url` has before the gateway's own path (a proxy that strips it in front of the gateway):
+ * `link-prefix.ts`. `path` stays the gateway's, the path the signature binds.
  */
 export async function presign(options: {
   url: string;
@@ -19,7 +22,8 @@ export async function presign(options: {
   signal?: AbortSignal;
   dispatcher?: Dispatcher;
 }): Promise<PresignedLink> {
-  const res = await request(`${options.url}/presign`, {
+  const presignUrl = `${options.url}/presign`;
+  const res = await request(presignUrl, {
     method: 'POST',
     headers: { authorization: `Bearer ${options.key}`, 'content-type': 'application/json' },
     body: JSON.stringify(options.expiresInSeconds === undefined ? {} : { expiresInSeconds: options.expiresInSeconds }),
@@ -31,5 +35,5 @@ export async function presign(options: {
   const text = await res.body.text();
   if (res.statusCode !== 201) throw gatewayError(res.statusCode, text);
   const link = JSON.parse(text) as PresignedLink;
-  return { ...link, url: `${new URL(options.url).origin}${link.path}` };
+  return { ...link, url: linkUrl(presignUrl, link.path) };
 }

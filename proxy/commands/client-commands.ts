@@ -307,7 +307,8 @@ ${CONNECTION_NOTE}`,
 export const presignCommand: Command = defineCommand({
   name: 'presign',
   summary: 'make a link to an artifact that needs no header (browsers, CDNs, download managers)',
-  description: `Prints JSON with the link (on the --url origin), its expiry and the methods it allows (GET, HEAD). The
+  description: `Prints JSON with the link (on --url: its origin, and any path prefix a proxy strips before the gateway,
+as https://host/prefix/), its expiry and the methods it allows (GET, HEAD). The
 link is bound to that one target and to the key that made it: revoking the key, removing its grant or
 disabling its principal kills the link within 2 s. --expires defaults to 1h, at most the gateway's
 ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS (default 7d).

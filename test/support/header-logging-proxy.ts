@@ -1,7 +1,8 @@
 /**
  * A real nginx as a reverse proxy in front of an HTTP server (an S3 server, the rules service), logging
  * each request's method, target, status and `traceparent` header: it shows what the gateway sent
- * upstream. Host is passed on unchanged (an S3 signature covers it) and bodies stream both ways.
+ * upstream. Host is passed on unchanged (an S3 signature covers it) and bodies stream both ways; a
+ * path prefix, when given, is stripped as a proxy publishing a service under a path does.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -42,8 +43,17 @@ async function stopChild(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-/** Starts nginx proxying everything to `upstream` (`http://host:port`). */
-export async function startHeaderLoggingProxy(upstream: string): Promise<HeaderLoggingProxy> {
+/**
+ * Starts nginx proxying everything to `upstream` (`http://host:port`); with `pathPrefix` (`/p/`), only
+ * what is under that prefix, which nginx strips (a service published under a path of a shared host).
+ */
+export async function startHeaderLoggingProxy(
+  upstream: string,
+  options: { pathPrefix?: string } = {},
+): Promise<HeaderLoggingProxy> {
+  const prefix = options.pathPrefix;
+  if (prefix !== undefined && !/^\/[A-Za-z0-9._~/-]*\/$/.test(prefix))
+    throw new Error(`a path prefix starts and ends with a slash: ${prefix}`);
   if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
   const dir = await makeTempDir('arkvory-logging-proxy-');
   const port = await freeLoopbackPort();
@@ -54,8 +64,8 @@ access_log ${dir}/access.log headers;
 server {
   listen 127.0.0.1:${port};
   client_max_body_size 0;
-  location / {
-    proxy_pass ${upstream};
+  location ${prefix ?? '/'} {
+    proxy_pass ${upstream}${prefix === undefined ? '' : '/'};
     proxy_http_version 1.1;
     proxy_set_header Host $http_host;
     proxy_set_header Connection "";
