@@ -8,8 +8,8 @@ type Handler = (res: Http2Response) => void;
 /** A real HTTP/2 server (cleartext) whose responses are Http2Response; each test installs its handler. */
 let handler: Handler = (res) => res.end();
 const server = http2.createServer(
-  { Http2ServerRequest: Http2Request, Http2ServerResponse: Http2Response },
-  (_req, res) => handler(res as Http2Response),
+  { Http2ServerRequest: Http2Request, Http2ServerResponse: Http2Response } as http2.ServerOptions,
+  (_req, res) => handler(res as unknown as Http2Response),
 );
 let client: http2.ClientHttp2Session;
 
