@@ -121,7 +121,7 @@ export function createContentCaches(services: Services): ContentCaches {
           store,
           opened,
           new DigestDirectory((sha256) => readSliceDigests(services.pool, sha256), await catalogWatcher()),
-          { readaheadSlices: sliceCache.readaheadSlices, verifyWaitMs: services.config.storage.timeoutMs },
+          { readaheadSlices: sliceCache.readaheadSlices, storageTimeoutMs: services.config.storage.timeoutMs },
         );
       }
       if (caches.blobBytes === 0 || caches.blobMaxObjectBytes === 0) return store;

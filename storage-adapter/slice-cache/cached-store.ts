@@ -26,10 +26,11 @@ import type { OriginRead, SliceCache, SliceSource } from './slice-cache.ts';
 export interface SliceCachedStoreOptions {
   readonly readaheadSlices: number;
   /**
-   * Longest a small response waits for its slice's check before its status line
-   * (ARKVORY_STORAGE_TIMEOUT_SECONDS): past it, it goes out as a larger one does.
+   * ARKVORY_STORAGE_TIMEOUT_SECONDS, which bounds two waits: a small response's wait for its
+   * slice's check before its status line (past it, it goes out as a larger one does), and a read's
+   * wait for fill memory (past it, 503 `slice_cache_memory_full`).
    */
-  readonly verifyWaitMs: number;
+  readonly storageTimeoutMs: number;
 }
 
 /** Responses this small (within one slice) wait for the slice's check before the status line (a 502 instead of a cut). */
@@ -87,7 +88,7 @@ export function withSliceCache(
           if (
             covered.first === covered.last &&
             total <= VERIFY_BEFORE_HEADERS_BYTES &&
-            (await settlesWithin(source.fill.done, options.verifyWaitMs)) &&
+            (await settlesWithin(source.fill.done, options.storageTimeoutMs)) &&
             source.fill.state === 'failed'
           )
             throw source.fill.error;
@@ -165,7 +166,7 @@ class SlicedReader implements BlobReader {
     this.#digests = digests;
     this.#origin = origin;
     this.#readahead = options.readaheadSlices;
-    this.#memoryWaitMs = options.verifyWaitMs;
+    this.#memoryWaitMs = options.storageTimeoutMs;
     this.#ranges = ranges;
     this.sizeBytes = digests.sizeBytes;
   }

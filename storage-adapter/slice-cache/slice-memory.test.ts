@@ -32,7 +32,7 @@ function heldFills(cache: SliceCache) {
 }
 
 /** Blobs by name (the sha256 stands for the name: the cache only keys on it). */
-function storeOf(cache: SliceCache, blobs: Map<string, Buffer>, verifyWaitMs: number): ArtifactStore {
+function storeOf(cache: SliceCache, blobs: Map<string, Buffer>, storageTimeoutMs: number): ArtifactStore {
   const read = (sha: string, range: ByteRange): BlobReader => {
     const blob = blobs.get(sha)!;
     return {
@@ -47,7 +47,7 @@ function storeOf(cache: SliceCache, blobs: Map<string, Buffer>, verifyWaitMs: nu
   };
   const inner = { openBlob: async (sha: string, ranges: readonly ByteRange[]) => read(sha, ranges[0]!) };
   const digests = { get: async (sha: string) => digestsAt(blobs.get(sha)!, SLICE) } as unknown as DigestDirectory;
-  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, { readaheadSlices: 4, verifyWaitMs });
+  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, { readaheadSlices: 4, storageTimeoutMs });
 }
 
 const shaOf = (i: number) => i.toString(16).padStart(64, '0');

@@ -46,7 +46,10 @@ function storeOver(cache: SliceCache, blob: Buffer, readaheadSlices: number): Ar
   const origin = originOf(() => blob);
   const inner = { openBlob: (_sha: string, ranges: readonly ByteRange[]) => origin.read(ranges[0]!) };
   const digests = { get: async () => d } as unknown as DigestDirectory;
-  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, { readaheadSlices, verifyWaitMs: 30_000 });
+  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, {
+    readaheadSlices,
+    storageTimeoutMs: 30_000,
+  });
 }
 
 describe('a read through the slice cache', () => {
@@ -157,7 +160,7 @@ describe('a small response through the slice cache', () => {
       { get: async () => d } as unknown as DigestDirectory,
       {
         readaheadSlices: 0,
-        verifyWaitMs: 50,
+        storageTimeoutMs: 50,
       },
     );
     const started = Date.now();
