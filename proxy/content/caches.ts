@@ -121,7 +121,11 @@ export function createContentCaches(services: Services): ContentCaches {
           store,
           opened,
           new DigestDirectory((sha256) => readSliceDigests(services.pool, sha256), await catalogWatcher()),
-          { readaheadSlices: sliceCache.readaheadSlices, storageTimeoutMs: services.config.storage.timeoutMs },
+          {
+            readaheadSlices: sliceCache.readaheadSlices,
+            storageTimeoutMs: services.config.storage.timeoutMs,
+            clock: services.clock,
+          },
         );
       }
       if (caches.blobBytes === 0 || caches.blobMaxObjectBytes === 0) return store;
@@ -130,6 +134,7 @@ export function createContentCaches(services: Services): ContentCaches {
       // A remote store's small blob is read whole before its response within the store's timeout.
       return withSmallBlobCache(store, blobs, {
         readWholeMs: inner.kind === 'fs' ? undefined : services.config.storage.timeoutMs,
+        clock: services.clock,
       });
     },
     stats: () => sources.map((read) => read()),

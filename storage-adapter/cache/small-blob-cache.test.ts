@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../policy/clock.ts';
 import type { ArtifactStore, BlobReader } from '../store.ts';
 import { bufferReader, SmallBlobCache, withSmallBlobCache } from './small-blob-cache.ts';
 
@@ -59,7 +60,9 @@ describe('SmallBlobCache', () => {
     const sha = createHash('sha256').update(bytes).digest('hex');
     const cache = new SmallBlobCache({ maxBytes: 1024 * 1024, maxObjectBytes: 256 * 1024 });
     // A store trickling the blob: its first half at once, then 1 KiB every 30 ms (each piece well
-    // within its silence bound, so nothing times out): a second for the whole.
+    // within its silence bound, so nothing times out): a second for the whole. Its time passes on
+    // the clock the cache measures its bound on, so nothing waits for real.
+    const clock = new ManualClock();
     let opens = 0;
     const inner = {
       kind: 'http',
@@ -69,7 +72,7 @@ describe('SmallBlobCache', () => {
           sizeBytes: bytes.length,
           async read(buffer: Buffer, offset: number, length: number, position: number) {
             const slow = position >= bytes.length / 2;
-            if (slow) await new Promise((r) => setTimeout(r, 30));
+            if (slow) clock.advance(30);
             const n = Math.max(0, Math.min(length, slow ? 1024 : 4096, bytes.length - position));
             bytes.copy(buffer, offset, position, position + n);
             return { bytesRead: n };
@@ -78,12 +81,12 @@ describe('SmallBlobCache', () => {
         };
       },
     } as unknown as ArtifactStore;
-    const store = withSmallBlobCache(inner, cache, { readWholeMs: 50 });
-    const started = Date.now();
+    const store = withSmallBlobCache(inner, cache, { readWholeMs: 50, clock });
+    const started = clock.monotonicMs();
     // The first request reads the blob for the cache; the second joins that read.
     const readers = await Promise.all([store.openBlob(sha), store.openBlob(sha)]);
-    // Both can answer within the bound (plus one piece), not once the trickle ends.
-    expect(Date.now() - started).toBeLessThan(500);
+    // Both answer at the first check past the bound (two slow pieces: 60 ms), not once the trickle ends.
+    expect(clock.monotonicMs() - started).toBe(60);
     const readAll = async (reader: BlobReader) => {
       const out = Buffer.alloc(bytes.length);
       for (let at = 0; at < out.length; ) at += (await reader.read(out, at, out.length - at, at)).bytesRead;

@@ -14,6 +14,7 @@ import { createHash } from 'node:crypto';
 import type { ByteRange } from '../range.ts';
 import type { BlobReader, ArtifactStore } from '../store.ts';
 import { BoundedLru } from '../../lib/bounded-lru.ts';
+import type { MonotonicClock } from '../../lib/epoch-watcher.ts';
 import type { CacheStats } from '../../lib/cache-stats.ts';
 
 export interface SmallBlobCacheOptions {
@@ -93,16 +94,22 @@ function wantsWholeBlob(ranges: readonly ByteRange[], sizeBytes: number): boolea
 }
 
 /**
- * Reads `reader` whole and checks it (then closes it); or, when that takes longer than `ms` (checked
- * between reads), stops and hands back what it read with the reader still open (`have` bytes).
+ * Reads `reader` whole and checks it (then closes it); or, when that takes longer than `ms` on
+ * `clock` (checked between reads), stops and hands back what it read with the reader still open
+ * (`have` bytes).
  */
-async function readWhole(reader: BlobReader, sha256: string, ms: number): Promise<{ bytes: Buffer; have?: number }> {
-  const until = Date.now() + ms;
+async function readWhole(
+  reader: BlobReader,
+  sha256: string,
+  ms: number,
+  clock: MonotonicClock,
+): Promise<{ bytes: Buffer; have?: number }> {
+  const until = clock.monotonicMs() + ms;
   let open = true;
   try {
     const bytes = Buffer.allocUnsafe(reader.sizeBytes);
     for (let position = 0; position < bytes.length; ) {
-      if (Date.now() > until) {
+      if (clock.monotonicMs() > until) {
         open = false;
         return { bytes, have: position };
       }
@@ -140,7 +147,11 @@ export interface SmallBlobCacheStoreOptions {
    * its silence bound) otherwise held every request for it without a status line while it trickled.
    */
   readonly readWholeMs?: number;
+  /** What `readWholeMs` is measured on (default: the process's monotonic clock); tests move it by hand. */
+  readonly clock?: MonotonicClock;
 }
+
+const systemClock: MonotonicClock = { monotonicMs: () => performance.now() };
 
 /** `inner` with small blobs served from `cache`; everything but `openBlob` and `cachedBlob` is the inner store's. */
 export function withSmallBlobCache(
@@ -149,6 +160,7 @@ export function withSmallBlobCache(
   options: SmallBlobCacheStoreOptions = {},
 ): ArtifactStore {
   const readWholeMs = options.readWholeMs ?? Number.POSITIVE_INFINITY;
+  const clock = options.clock ?? systemClock;
   /** Whole reads in progress: their bytes, or undefined when one was given up (relayed). */
   const filling = new Map<string, Promise<Buffer | undefined>>();
   return {
@@ -169,7 +181,7 @@ export function withSmallBlobCache(
       const reader = await inner.openBlob(sha256, ranges);
       if (reader.sizeBytes > cache.maxObjectBytes || (inner.kind !== 'fs' && !wantsWholeBlob(ranges, reader.sizeBytes)))
         return reader;
-      const read = readWhole(reader, sha256, readWholeMs);
+      const read = readWhole(reader, sha256, readWholeMs, clock);
       // Joiners share its failure (a damaged blob is refused to them too, never relayed unchecked).
       const joinable = read.then((r) => (r.have === undefined ? r.bytes : undefined));
       joinable.catch(() => {});

@@ -14,6 +14,7 @@
  * headers and body leave in one write.
  */
 import type { FileHandle } from 'node:fs/promises';
+import type { MonotonicClock } from '../../lib/epoch-watcher.ts';
 import { StorageError } from '../errors.ts';
 import type { ByteRange } from '../range.ts';
 import { slicesCovering, sliceRange, type SliceDigests } from '../slice-digests.ts';
@@ -31,7 +32,26 @@ export interface SliceCachedStoreOptions {
    * wait for fill memory (past it, 503 `slice_cache_memory_full`).
    */
   readonly storageTimeoutMs: number;
+  /** What those waits are measured on (default: the process's monotonic clock); tests move it by hand. */
+  readonly clock?: MonotonicClock | undefined;
+  /** What ends those waits (default: Node's timers); tests fire them by hand with the clock. */
+  readonly timers?: WaitTimers | undefined;
 }
+
+/**
+ * Scheduling for the reader's bounded waits: structurally policy/timers.ts's `Timers` (storage-adapter
+ * does not import policy), so its `ManualTimers` drives them in tests.
+ */
+export interface WaitTimers {
+  setTimeout(callback: () => void, delayMs: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const systemClock: MonotonicClock = { monotonicMs: () => performance.now() };
+const systemTimers: WaitTimers = {
+  setTimeout: (callback, delayMs) => setTimeout(callback, delayMs),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
 
 /** Responses this small (within one slice) wait for the slice's check before the status line (a 502 instead of a cut). */
 const VERIFY_BEFORE_HEADERS_BYTES = 1024 * 1024;
@@ -88,7 +108,7 @@ export function withSliceCache(
           if (
             covered.first === covered.last &&
             total <= VERIFY_BEFORE_HEADERS_BYTES &&
-            (await settlesWithin(source.fill.done, options.storageTimeoutMs)) &&
+            (await settlesWithin(source.fill.done, options.storageTimeoutMs, options.timers ?? systemTimers)) &&
             source.fill.state === 'failed'
           )
             throw source.fill.error;
@@ -103,12 +123,12 @@ export function withSliceCache(
 }
 
 /** Whether `done` settled within `ms` (false: it goes on, unwaited). */
-function settlesWithin(done: Promise<void>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
+function settlesWithin(done: Promise<void>, ms: number, timers: WaitTimers): Promise<boolean> {
+  let timer: unknown;
   const late = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
+    timer = timers.setTimeout(() => resolve(false), ms);
   });
-  return Promise.race([done.then(() => true), late]).finally(() => clearTimeout(timer));
+  return Promise.race([done.then(() => true), late]).finally(() => timers.clearTimeout(timer));
 }
 
 /** A reader over bytes already in memory (a small blob read whole from its slice file). */
@@ -143,6 +163,8 @@ class SlicedReader implements BlobReader {
   readonly #readahead: number;
   /** Longest a read waits for fill memory (SliceCache.memoryFreed) before it fails. */
   readonly #memoryWaitMs: number;
+  readonly #clock: MonotonicClock;
+  readonly #timers: WaitTimers;
   /** The ranges the response reads, in order (a fill withholds the last byte of each until verified). */
   readonly #ranges: readonly ByteRange[];
   readonly #held = new Map<number, SliceSource>();
@@ -167,6 +189,8 @@ class SlicedReader implements BlobReader {
     this.#origin = origin;
     this.#readahead = options.readaheadSlices;
     this.#memoryWaitMs = options.storageTimeoutMs;
+    this.#clock = options.clock ?? systemClock;
+    this.#timers = options.timers ?? systemTimers;
     this.#ranges = ranges;
     this.sizeBytes = digests.sizeBytes;
   }
@@ -186,17 +210,28 @@ class SlicedReader implements BlobReader {
    * line; a cut after it). A client that leaves stops the wait: nothing is held meanwhile.
    */
   async #need(index: number, signal: AbortSignal | undefined): Promise<SliceSource> {
-    const deadline = Date.now() + this.#memoryWaitMs;
+    const deadline = this.#clock.monotonicMs() + this.#memoryWaitMs;
     for (;;) {
       signal?.throwIfAborted();
       const source = this.prepare(index);
       if (source) return source;
-      const left = deadline - Date.now();
-      if (left <= 0 || !(await this.#cache.memoryFreed(signal, left))) {
+      const left = deadline - this.#clock.monotonicMs();
+      if (left <= 0 || !(await this.#memoryFreedWithin(signal, left))) {
         signal?.throwIfAborted();
-        if (Date.now() >= deadline)
+        if (this.#clock.monotonicMs() >= deadline)
           throw new StorageError('slice_cache_memory_full', undefined, { headers: { 'Retry-After': '5' } });
       }
+    }
+  }
+
+  /** Whether some fill memory was given back within `ms`; false too when `signal` aborts (the caller checks it). */
+  async #memoryFreedWithin(signal: AbortSignal | undefined, ms: number): Promise<boolean> {
+    const late = new AbortController();
+    const timer = this.#timers.setTimeout(() => late.abort(), ms);
+    try {
+      return await this.#cache.memoryFreed(signal ? AbortSignal.any([signal, late.signal]) : late.signal);
+    } finally {
+      this.#timers.clearTimeout(timer);
     }
   }
 

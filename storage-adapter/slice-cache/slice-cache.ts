@@ -393,22 +393,22 @@ export class SliceCache {
   }
 
   /**
-   * Resolves true once some fill memory is given back; false after `ms`, or when `signal` aborts
-   * (the caller checks it). Nothing of the wait is left behind either way.
+   * Resolves true once some fill memory is given back; false when `signal` aborts (the caller's
+   * bound on the wait, or its client gone: the caller tells which). Nothing of the wait is left
+   * behind either way.
    */
-  memoryFreed(signal: AbortSignal | undefined, ms: number): Promise<boolean> {
+  memoryFreed(signal: AbortSignal): Promise<boolean> {
     return new Promise<boolean>((resolve) => {
       const done = (freed: boolean) => {
-        clearTimeout(timer);
         this.#memoryWaiters.delete(wake);
-        signal?.removeEventListener('abort', aborted);
+        signal.removeEventListener('abort', aborted);
         resolve(freed);
       };
       const wake = () => done(true);
       const aborted = () => done(false);
-      const timer = setTimeout(aborted, Math.max(0, ms));
+      if (signal.aborted) return resolve(false);
       this.#memoryWaiters.add(wake);
-      signal?.addEventListener('abort', aborted, { once: true });
+      signal.addEventListener('abort', aborted, { once: true });
     });
   }
 
