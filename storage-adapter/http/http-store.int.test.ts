@@ -76,6 +76,61 @@ describe('static-HTTP store (nginx)', () => {
     }
   });
 
+  it('without MOVE, a copy whose GET comes back other bytes (a proxy rewriting it, or cutting it short with a clean end) publishes nothing: stored_bytes_mismatch', async () => {
+    const nginx = await startStaticStore({ move: false });
+    // A second nginx in front of the store rewrites what it answers GETs under tmp/ with (sub_filter,
+    // as a rewriting proxy would): one marker into other bytes of its length, another into nothing.
+    const same = 'ARKVORY-SAME-SIZE-MARKER';
+    const cut = 'ARKVORY-CUT-SHORT-MARKER';
+    const dir = await makeTempDir('arkvory-rewriting-proxy-');
+    const port = await freeLoopbackPort();
+    const upstream = `http://127.0.0.1:${nginx.port}`;
+    const conf = await writeNginxConf(dir, {
+      http: `server {
+  listen 127.0.0.1:${port};
+  location /arkvory/tmp/ {
+    proxy_pass ${upstream};
+    sub_filter_types *;
+    sub_filter_once off;
+    sub_filter '${same}' '${'x'.repeat(same.length)}';
+    sub_filter '${cut}' '';
+  }
+  location / { proxy_pass ${upstream}; }
+}`,
+    });
+    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (rewrites GETs)' });
+    try {
+      await waitForHttp(`http://127.0.0.1:${port}/arkvory/`, { process: front, isReady: (status) => status < 500 });
+      const store = await freshWriterStore(`http://127.0.0.1:${port}/arkvory/`);
+      try {
+        for (const [marker, size] of [
+          [same, 'the same size'],
+          [cut, 'fewer bytes'],
+        ] as const) {
+          const bytes = Buffer.concat([randomBytes(40_000), Buffer.from(marker), randomBytes(40_000)]);
+          const hex = createHash('sha256').update(bytes).digest('hex');
+          const staged = await store.stage(Readable.from([bytes]), { maxBytes: 1e6 });
+          try {
+            await expect(staged.commit(), size).rejects.toMatchObject({
+              code: 'stored_bytes_mismatch',
+              message: expect.stringContaining(hex),
+            });
+          } finally {
+            await staged.discard();
+          }
+          // Nothing under the blob name, whole or partial; the temporary gone with the discard.
+          expect(await readdir(path.join(nginx.root, 'blobs')).catch(() => []), size).toEqual([]);
+          expect(await readdir(path.join(nginx.root, 'tmp')), size).toEqual([]);
+        }
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await front.stop();
+      await nginx.stop();
+    }
+  });
+
   it('a store that answers an upload before it had the whole body (nginx `return 201`) is a failure, never a staged blob', async () => {
     const nginx = await startStaticStore();
     // A second nginx in front of the store answers every PUT under tmp/ at once, reading nothing;

@@ -10,7 +10,10 @@
  * length or digest mismatch throws inside the body, so the store never completes the temporary.
  * commit() MOVEs it to the blob name with `Overwrite: T`: whatever is there already is replaced by the
  * verified bytes, never taken as them. A store without MOVE (405/501) gets a GET of the temporary
- * piped into a PUT of the final name instead.
+ * piped into a PUT of the final name instead, its size and sha256 checked on the way: other bytes (a
+ * GET cut short with a clean end, a proxy rewriting it) fail the PUT before its body ends, so nothing
+ * is written under the blob name and commit() fails `stored_bytes_mismatch`. The blob name is never
+ * deleted on that failure: an identical, published blob may be there.
  * Durability is the store's: nginx does not fsync, so a power loss on the storage host can lose or
  * truncate a blob whose catalog row exists (scrub finds a truncated one; see the docs).
  */
@@ -135,7 +138,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
           // replaced on the host) and would otherwise be served under this sha256; the verified
           // bytes replace it (nginx renames over it: a reader sees the old file or the new one).
           commit: async () => {
-            await dav.move(tempName, blobName(sha256), true);
+            await dav.move(tempName, blobName(sha256), true, { sha256, sizeBytes });
           },
           // Best effort: the catalog decision is already made; a temporary left behind is gc's.
           discard: () => dav.remove(tempName).catch(() => {}),

@@ -7,6 +7,7 @@ import { Readable } from 'node:stream';
 import type { Dispatcher, Pool } from 'undici';
 import { StorageError } from '../errors.ts';
 import { drainBody } from '../streaming/bounded-body.ts';
+import { type ExpectedBlob, verifiedCopy } from '../streaming/verified-copy.ts';
 import {
   createUpstreamPool,
   sendStreamedBody,
@@ -134,8 +135,14 @@ export class WebDavClient {
       await this.expectStatus({ method: 'DELETE', path: `${path}/`, headers: { depth: 'infinity' } }, [200, 204, 404]);
   }
 
-  /** MOVE, or GET+PUT+DELETE on a store without it. Returns false when `to` existed and `overwrite` is off. */
-  async move(from: string, to: string, overwrite: boolean): Promise<boolean> {
+  /**
+   * MOVE, or GET+PUT+DELETE on a store without it. Returns false when `to` existed and `overwrite` is off.
+   * With `expected` (a blob's publish), the fallback's copy is checked as it passes: bytes of another
+   * size or digest (a GET cut short, a proxy rewriting it) fail the PUT before its body ends, so the
+   * store keeps nothing new under `to`, and `from` stays for the caller to discard. A MOVE needs no
+   * check: the store renames the very object written and verified.
+   */
+  async move(from: string, to: string, overwrite: boolean, expected?: ExpectedBlob): Promise<boolean> {
     if (this.#hasMove !== false) {
       const code = await this.status({
         method: 'MOVE',
@@ -152,7 +159,8 @@ export class WebDavClient {
       this.#hasMove = false;
     }
     if (!overwrite && (await this.status({ method: 'HEAD', path: this.pathOf(to) })) === 200) return false;
-    await this.put(to, this.get(from));
+    const copied = this.get(from);
+    await this.put(to, expected ? verifiedCopy(copied, expected, `GET ${this.pathOf(from)}`) : copied);
     await this.remove(from);
     return true;
   }
