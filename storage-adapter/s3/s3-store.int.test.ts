@@ -19,7 +19,8 @@ import { publishArtifact } from '../catalog/publish.ts';
 import { openS3Store, type S3Store } from './s3-store.ts';
 import { createS3Client } from './s3-client.ts';
 import { abortMultipart, createMultipart, S3_DEFAULT_LIMITS, uploadObject, uploadPartCopy } from './s3-transfer.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, startProcess, waitForHttp, writeNginxConf } from '../../test/harness/index.ts';
+import { makeTempDir } from '../../test/support/gateway.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 
 const MiB = 1024 * 1024;
@@ -513,6 +514,87 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
       expect(await s3Probe(server).read(blobName(staged.sha256))).toBeUndefined();
     } finally {
       await staged.discard();
+    }
+  });
+
+  it('a PUT answered with success but without an ETag (a proxy answering 200 to anything) is a failed write: nothing staged, nothing published', async () => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    await backing.reset();
+    // An nginx in front of the server passes everything through, but answers a PUT of an object under
+    // blobs/ or tmp/ (no copy, no part) 200 without an ETag once it has read the whole body.
+    const dir = await makeTempDir('arkvory-no-etag-proxy-');
+    const port = await freeLoopbackPort();
+    const conf = await writeNginxConf(dir, {
+      http: `map "$request_method|$args|$http_x_amz_copy_source|$uri" $answer_200 {
+  default 0;
+  "~^PUT\\|\\|\\|/${server.bucket}/(blobs|tmp)/" 1;
+}
+server {
+  listen 127.0.0.1:${port};
+  client_max_body_size 0;
+  location / {
+    if ($answer_200) { rewrite ^ /answer-200 last; }
+    proxy_pass http://127.0.0.1:${server.port};
+    proxy_http_version 1.1;
+    proxy_set_header Host $http_host;
+  }
+  location = /answer-200 { proxy_pass http://127.0.0.1:${port}/bare-200; }
+  location = /bare-200 { return 200; }
+}`,
+    });
+    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (PUT 200, no ETag)' });
+    try {
+      await waitForHttp(`http://127.0.0.1:${port}/`, { process: front, isReady: (status) => status < 500 });
+      const bytes = randomBytes(MiB + 5);
+      for (const socketWrites of [true, false]) {
+        const store = await openS3Store({
+          location: { bucket: server.bucket, prefix: '' },
+          endpoint: `http://127.0.0.1:${port}`,
+          region: server.region,
+          credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
+          connectTimeoutMs: 2000,
+          timeoutMs: 30_000,
+          role: 'writer',
+          pool: db.pool,
+          socketWrites,
+        });
+        try {
+          // Straight under the blob name (a declared sha256, a free key; one PUT, or a body of no
+          // length, a PUT too at this size), and to tmp/.
+          for (const stage of [
+            { expectedLength: bytes.length, expectedSha256: sha256(bytes), keyWasFree: true },
+            { expectedSha256: sha256(bytes), keyWasFree: true },
+            { expectedLength: bytes.length },
+          ]) {
+            await expect(
+              store.stage(chunked(bytes), { maxBytes: 1e9, ...stage }),
+              JSON.stringify(stage),
+            ).rejects.toMatchObject({
+              code: 'upstream_unreachable',
+              message: expect.stringContaining('without an ETag'),
+            });
+          }
+          const catalog = createCatalog(db.pool);
+          await expect(
+            publishArtifact(
+              { store, catalog },
+              {
+                key: key('no-etag'),
+                body: chunked(bytes),
+                contentType: 'a/b',
+                publishedBy: null,
+                stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: sha256(bytes) },
+              },
+            ),
+          ).rejects.toMatchObject({ code: 'upstream_unreachable' });
+          expect(await catalog.get(key('no-etag'))).toBeUndefined();
+          expect(await s3Probe(server).read(blobName(sha256(bytes)))).toBeUndefined();
+        } finally {
+          await store.close();
+        }
+      }
+    } finally {
+      await front.stop();
     }
   });
 

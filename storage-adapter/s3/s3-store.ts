@@ -233,7 +233,9 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
    * Where a body is staged: with a declared sha256 for a free key, straight under its blob name (no
    * copy: half the server work for large uploads). Safe because the object only comes into existence
    * once the body passed every check (s3-transfer.ts), and S3 replaces an object atomically (an
-   * identical blob already there has the same bytes; a failed upload leaves it as it was).
+   * identical blob already there has the same bytes; a failed upload leaves it as it was). Nothing
+   * checks such a blob at commit(), so its PUT counts only with the ETag S3 sends for every object
+   * it stored (s3-transfer.ts `storedEtag`): a 200 without one is a failed upload.
    * Otherwise a temporary under tmp/; always for an empty body (nothing to save, and its PUT is
    * whole from its head: a blob name is never where a mistake there could land).
    */

@@ -100,9 +100,28 @@ export interface UploadOptions {
   readonly maxBytes?: number | undefined;
 }
 
-/** The object an upload created, as the server answered: its ETag (`etagOf`), undefined when it sent none. */
+/** The object an upload created, as the server answered: its ETag (`etagOf`). */
 export interface UploadedObject {
-  readonly etag: string | undefined;
+  readonly etag: string;
+}
+
+/**
+ * The ETag of a PUT the server answered with success. S3 sends one for every object it stored; a
+ * success without one (a proxy, or an endpoint that is not S3, answering 200 to anything) says
+ * nothing was stored, and is a failed write: an upload staged straight under its blob name is
+ * committed without a copy, so it would have been published with nothing behind it.
+ * The ETag is not compared with the body's MD5: it is one only for a single PUT without SSE-KMS or
+ * SSE-C on AWS, not for MinIO's encrypted objects nor any multipart upload, and which applies is the
+ * server's configuration, not in its answer alone; and it would cost a second hash of every byte.
+ */
+export function storedEtag(value: unknown, what: string): string {
+  const etag = etagOf(value);
+  if (etag === undefined)
+    throw new StorageError(
+      'upstream_unreachable',
+      `The S3 server answered ${what} with success but without an ETag (S3 sends one for every object it stores): not taken as stored, nothing was published. Is something other than S3 answering at the endpoint (a proxy, a misconfigured URL)?`,
+    );
+  return etag;
 }
 
 /** Streams `body` to `key`; the object exists only if this resolves. */
@@ -143,7 +162,7 @@ async function putStreamed(
       },
       `PUT ${key}`,
     );
-    return { etag: etagOf(headers.etag) };
+    return { etag: storedEtag(headers.etag, `PUT ${key}`) };
   }
   let etag: string | undefined;
   await sendStreamedBody(
@@ -165,10 +184,11 @@ async function putStreamed(
         },
         `PUT ${key}`,
       );
-      etag = etagOf(headers.etag);
+      etag = storedEtag(headers.etag, `PUT ${key}`);
     },
   );
-  return { etag };
+  // Set whenever sendStreamedBody resolved: it resolves only once `send` did.
+  return { etag: etag! };
 }
 
 /** A single PUT over a socket of its own: the ring holds the last bytes back until the body passed its checks. */
@@ -196,7 +216,7 @@ async function putSocket(
   const error = s3ErrorOf(answer.text);
   if (answer.status < 200 || answer.status > 299) throw storageErrorOfS3(answer.status, error, what, client.bucket);
   if (error) throw storageErrorOfS3(500, error, what, client.bucket);
-  return { etag: etagOf(answer.headers.get('etag')) };
+  return { etag: storedEtag(answer.headers.get('etag'), what) };
 }
 
 export async function createMultipart(client: S3Client, key: string): Promise<string> {
@@ -328,10 +348,12 @@ async function uploadInParts(
         },
         `PUT ${key}`,
       );
-      return { etag: etagOf(headers.etag) };
+      return { etag: storedEtag(headers.etag, `PUT ${key}`) };
     }
     if (rest.length > 0) await sendPart(rest);
-    return { etag: await completeMultipart(client, key, uploadId, etags) };
+    return {
+      etag: storedEtag(await completeMultipart(client, key, uploadId, etags), `CompleteMultipartUpload ${key}`),
+    };
   } catch (err) {
     if (uploadId !== undefined) await abortMultipart(client, key, uploadId).catch(() => {});
     if (options.signal?.aborted && !hasStableCode(err)) throw options.signal.reason;
