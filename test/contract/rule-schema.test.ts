@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parse } from 'yaml';
+import { loadOpenApiDocument } from '../../proxy/openapi/contract.ts';
 import { validateRule } from '../../policy/rate-limit/rules.ts';
 import type { RuleProblem } from '../../policy/rate-limit/errors.ts';
 import { RULE_SCHEMA_DOCUMENTS, RULE_SCHEMA_FILE, ruleComponent } from '../support/readme-tables.ts';
@@ -25,8 +25,10 @@ describe('the rule schema', () => {
   it('is the Rule component of every OpenAPI document (npm run docs regenerates them)', async () => {
     const component = await ruleComponent();
     for (const file of RULE_SCHEMA_DOCUMENTS) {
-      const doc = parse(await readFile(file, 'utf8'));
-      expect(doc.components.schemas.Rule, file).toEqual(component);
+      // Read as the contract reads them: past the parser's default guard of 100 aliases, which the
+      // admin operations' shared answers outgrow.
+      const doc = await loadOpenApiDocument(file);
+      expect(doc.components.schemas?.Rule, file).toEqual(component);
     }
   });
 
