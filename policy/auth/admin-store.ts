@@ -9,7 +9,16 @@ import { generateKey, holdsKey } from './key-format.ts';
 import { SCOPES, type Scope } from './principal.ts';
 import type { Permission } from './authorize.ts';
 import { normalizeSan } from './client-certificate.ts';
-import { CURSORS, decodeCursor, PAGE_MAX_LIMIT, type Page, type PageRequest, pageLimit, pageOf } from './page.ts';
+import {
+  CURSORS,
+  decodeCursor,
+  PAGE_DEFAULT_LIMIT,
+  PAGE_MAX_LIMIT,
+  type Page,
+  type PageRequest,
+  pageLimit,
+  pageOf,
+} from './page.ts';
 
 export interface PrincipalRow {
   id: string;
@@ -24,9 +33,17 @@ export interface GroupRow {
   name: string;
   downloadBytesPerSec: number;
   uploadBytesPerSec: number;
-  /** Principal names, sorted. */
+  /** The first `GROUP_MEMBERS_SHOWN` principal names, sorted. */
   members: string[];
+  /**
+   * Where the group's members listing (`listGroupMembers`) continues past `members`; null when they
+   * are all. A group of thousands of principals made every answer naming the group unbounded.
+   */
+  membersNextCursor: string | null;
 }
+
+/** The members a group's answer holds (one default page): the rest are read page by page. */
+export const GROUP_MEMBERS_SHOWN = PAGE_DEFAULT_LIMIT;
 
 export interface RepositoryCeilingsRow {
   name: string;
@@ -519,11 +536,6 @@ export class AdminStore {
     return groups[0];
   }
 
-  /** Every group with its ceilings and members (by name). */
-  listGroups(): Promise<GroupRow[]> {
-    return this.#groups(null);
-  }
-
   /**
    * One page of groups, by name (the admin API's listing): an operator with thousands of groups
    * got them all in one answer, each with its members.
@@ -539,24 +551,53 @@ export class AdminStore {
     );
   }
 
+  /** One page of a group's members (principal names), by name; an unknown group is `not_found`. */
+  async listGroupMembers(group: string, page: PageRequest = {}): Promise<Page<string>> {
+    const limit = pageLimit(page.limit);
+    const after = decodeCursor(page.cursor, CURSORS.groupMembers);
+    const r = await this.#pool.query(
+      `SELECT g.name AS group_name, x.name
+         FROM arkvory_principal_groups g
+         LEFT JOIN LATERAL (
+           SELECT p.name FROM arkvory_principal_group_members m JOIN arkvory_principals p ON p.id = m.principal_id
+            WHERE m.group_name = g.name AND ($2::text IS NULL OR p.name > $2)
+            ORDER BY p.name LIMIT $3
+         ) x ON true
+        WHERE g.name = $1
+        ORDER BY x.name`,
+      [group, after?.[0] ?? null, limit + 1],
+    );
+    if (!r.rows[0]) throw new PolicyError('not_found', `no group ${quoted(group)}`);
+    const names = r.rows.flatMap((row) => (row.name === null ? [] : [row.name as string]));
+    return pageOf(names, limit, CURSORS.groupMembers, (n) => [n]);
+  }
+
+  /**
+   * Groups with their ceilings and their first members: each group's members are read with a
+   * bound of their own (a lateral join), so one large group costs one page of names.
+   */
   async #groups(name: string | null, page?: { after: string | null; limit: number }): Promise<GroupRow[]> {
     const r = await this.#pool.query(
       `SELECT g.name, g.download_bytes_per_second::text AS down, g.upload_bytes_per_second::text AS up,
-              coalesce(array_agg(p.name ORDER BY p.name) FILTER (WHERE p.name IS NOT NULL), '{}') AS members
-       FROM (SELECT * FROM arkvory_principal_groups
-              WHERE ($1::text IS NULL OR name = $1) AND ($2::text IS NULL OR name > $2)
-              ORDER BY name LIMIT $3) g
-       LEFT JOIN arkvory_principal_group_members m ON m.group_name = g.name
-       LEFT JOIN arkvory_principals p ON p.id = m.principal_id
-       GROUP BY g.name, g.download_bytes_per_second, g.upload_bytes_per_second ORDER BY g.name`,
-      [name, page?.after ?? null, page?.limit ?? null],
+              coalesce((SELECT array_agg(x.name ORDER BY x.name)
+                          FROM (SELECT p.name FROM arkvory_principal_group_members m
+                                  JOIN arkvory_principals p ON p.id = m.principal_id
+                                 WHERE m.group_name = g.name ORDER BY p.name LIMIT $4) x), '{}') AS members
+       FROM arkvory_principal_groups g
+       WHERE ($1::text IS NULL OR g.name = $1) AND ($2::text IS NULL OR g.name > $2)
+       ORDER BY g.name LIMIT $3`,
+      [name, page?.after ?? null, page?.limit ?? null, GROUP_MEMBERS_SHOWN + 1],
     );
-    return r.rows.map((row) => ({
-      name: row.name as string,
-      downloadBytesPerSec: Number(row.down),
-      uploadBytesPerSec: Number(row.up),
-      members: row.members as string[],
-    }));
+    return r.rows.map((row) => {
+      const members = pageOf(row.members as string[], GROUP_MEMBERS_SHOWN, CURSORS.groupMembers, (n) => [n]);
+      return {
+        name: row.name as string,
+        downloadBytesPerSec: Number(row.down),
+        uploadBytesPerSec: Number(row.up),
+        members: members.items,
+        membersNextCursor: members.nextCursor,
+      };
+    });
   }
 
   async deleteGroup(name: string): Promise<void> {
@@ -602,11 +643,6 @@ export class AdminStore {
     const rows = await this.#repositoryCeilings(repository);
     if (!rows[0]) throw new PolicyError('not_found', `no repository ${quoted(repository)}`);
     return rows[0];
-  }
-
-  /** Every repository with a ceiling or a transfer bound set, by name (the others have none). */
-  listRepositoryCeilings(): Promise<RepositoryCeilingsRow[]> {
-    return this.#repositoryCeilings(null);
   }
 
   /** One page of the repositories with a ceiling or a bound set, by name (the admin API's listing). */

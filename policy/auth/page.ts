@@ -58,6 +58,8 @@ export const CURSORS = {
   limiters: { listing: 'limiters', arity: 1 },
   quotas: { listing: 'quotas', arity: 2, shapes: [/^(?:repository|principal)$/] },
   groups: { listing: 'groups', arity: 1 },
+  // A group's members, by principal name.
+  groupMembers: { listing: 'group members', arity: 1 },
   // Usage statistics: a count (bigint digits) or a publication in microseconds, then the catalog key;
   // a principal's day, its requests, its id.
   statsTop: { listing: 'most downloaded', arity: 6, shapes: [/^[0-9]{1,19}$/] },

@@ -46,7 +46,13 @@ describe('groups', () => {
     });
     expect(set).toEqual({
       status: 200,
-      body: { name: 'crawlers', downloadBytesPerSec: 1_048_576, uploadBytesPerSec: 65_536, members: [] },
+      body: {
+        name: 'crawlers',
+        downloadBytesPerSec: 1_048_576,
+        uploadBytesPerSec: 65_536,
+        members: [],
+        membersNextCursor: null,
+      },
     });
     expect((await call('PUT', '/api/v1/admin/groups/crawlers/members/crawler-2')).body.members).toEqual(['crawler-2']);
     // Again: no change; a principal named by id works too.
@@ -60,8 +66,14 @@ describe('groups', () => {
     const changed = await call('PUT', '/api/v1/admin/groups/crawlers', { uploadBytesPerSec: 0 });
     expect(changed.body).toMatchObject({ downloadBytesPerSec: 1_048_576, uploadBytesPerSec: 0 });
     // The CLI's store reads what the API wrote.
-    expect(await new AdminStore(db.pool).listGroups()).toEqual([
-      { name: 'crawlers', downloadBytesPerSec: 1_048_576, uploadBytesPerSec: 0, members: ['crawler-1', 'crawler-2'] },
+    expect((await new AdminStore(db.pool).listGroupsPage()).items).toEqual([
+      {
+        name: 'crawlers',
+        downloadBytesPerSec: 1_048_576,
+        uploadBytesPerSec: 0,
+        members: ['crawler-1', 'crawler-2'],
+        membersNextCursor: null,
+      },
     ]);
     expect((await call('GET', '/api/v1/admin/groups')).body.groups).toEqual([changed.body]);
     const removed = await call('DELETE', '/api/v1/admin/groups/crawlers/members/crawler-2');

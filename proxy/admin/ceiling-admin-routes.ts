@@ -6,6 +6,7 @@
  */
 import { quoted } from '../../lib/quoted.ts';
 import { AdminStore, type GroupRow } from '../../policy/auth/admin-store.ts';
+import { groupDetails } from '../audit/admin-details.ts';
 import { GatewayError } from '../server/errors.ts';
 import { pageQuery } from './auth-admin-routes.ts';
 import { sendJson } from '../server/http-errors.ts';
@@ -34,9 +35,9 @@ function ceilingsOf<F extends string>(body: Record<string, unknown>, fields: rea
 
 export function ceilingAdminRoutes(services: Services): Route[] {
   const store = new AdminStore(services.pool);
-  /** Answers the group and records its ceilings and members with the route's audit action. */
+  /** Answers the group and records its ceilings and (first) members with the route's audit action. */
   const group = (ctx: RequestContext, row: GroupRow) => {
-    ctx.auditDetails = { ...row };
+    ctx.auditDetails = groupDetails(row);
     sendJson(ctx.res, 200, row);
   };
   /**
@@ -65,6 +66,15 @@ export function ceilingAdminRoutes(services: Services): Route[] {
       access: 'admin',
       async handle({ res, params }) {
         sendJson(res, 200, await store.findGroup(params.group!));
+      },
+    },
+    {
+      methods: ['GET'],
+      template: `${BASE}/groups/:group/members`,
+      access: 'admin',
+      async handle({ res, params, url }) {
+        const page = await store.listGroupMembers(params.group!, pageQuery(url));
+        sendJson(res, 200, { members: page.items, nextCursor: page.nextCursor });
       },
     },
     {

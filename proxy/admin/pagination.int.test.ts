@@ -52,6 +52,12 @@ async function getJson(path: string, headers: Record<string, string> = bearer(ad
   };
 }
 
+/** A signed-in console session's cookie. */
+async function consoleCookie(): Promise<Record<string, string>> {
+  const signIn = await request(`${gw.url}/console/session`, { method: 'POST', headers: bearer(admin.key) });
+  return { cookie: (signIn.headers['set-cookie']?.[0] ?? '').split(';')[0]! };
+}
+
 /** Follows nextCursor from `path` to the end; returns every item and the largest page. */
 async function walk(path: string, field: string, headers?: Record<string, string>) {
   const items: Array<Record<string, unknown>> = [];
@@ -60,8 +66,10 @@ async function walk(path: string, field: string, headers?: Record<string, string
   let largest = 0;
   let largestBytes = 0;
   do {
-    const sep = path.includes('?') ? '&' : '?';
-    const res = await getJson(cursor ? `${path}${sep}cursor=${encodeURIComponent(cursor)}` : path, headers);
+    // The next page's cursor takes the place of one `path` starts from.
+    const url = new URL(path, 'http://walk');
+    if (cursor) url.searchParams.set('cursor', cursor);
+    const res = await getJson(`${url.pathname}${url.search}`, headers);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const page = res.body[field] as Array<Record<string, unknown>>;
     items.push(...page);
@@ -235,7 +243,7 @@ describe('storage quotas', () => {
 });
 
 describe('groups and repository ceilings', () => {
-  it('are paged by name (route and CLI); the walk gives each once, members included; a cursor of another listing is 400', async () => {
+  it('are paged by name (route, CLI and console); the walk gives each once, members included; a cursor of another listing is 400', async () => {
     // 150 groups, each with two members, and 150 repositories with a ceiling: past one default page.
     await db.pool.query(
       `INSERT INTO arkvory_principal_groups (name, download_bytes_per_second)
@@ -260,6 +268,7 @@ describe('groups and repository ceilings', () => {
         downloadBytesPerSec: 65536,
         uploadBytesPerSec: 0,
         members: ['p-00001', 'p-00002'],
+        membersNextCursor: null,
       });
       expect((await getJson('/api/v1/admin/groups')).body.groups).toHaveLength(PAGE_DEFAULT_LIMIT);
       const ceilings = await walk('/api/v1/admin/repository-ceilings?limit=40', 'repositories');
@@ -283,9 +292,96 @@ describe('groups and repository ceilings', () => {
       expect(first.groups).toHaveLength(120);
       expect([...first.groups, ...second.groups].map((g) => g.name)).toEqual(groups.items.map((g) => g.name));
       expect(second.nextCursor).toBeNull();
+      // The console's ceilings view: the first page of each, and where each continues under /console/api.
+      const cookie = await consoleCookie();
+      const view = await getJson('/console/api/ceilings', cookie);
+      expect(view.status).toBe(200);
+      expect((view.body.groups as unknown[]).length).toBe(PAGE_DEFAULT_LIMIT);
+      expect((view.body.repositories as unknown[]).length).toBe(PAGE_DEFAULT_LIMIT);
+      const moreGroups = await walk(
+        `/console/api/groups?cursor=${encodeURIComponent(view.body.groupsNextCursor as string)}`,
+        'groups',
+        cookie,
+      );
+      expect([...(view.body.groups as Array<{ name: string }>), ...moreGroups.items].map((g) => g.name)).toEqual(
+        groups.items.map((g) => g.name),
+      );
+      const moreCeilings = await walk(
+        `/console/api/repository-ceilings?cursor=${encodeURIComponent(view.body.repositoriesNextCursor as string)}`,
+        'repositories',
+        cookie,
+      );
+      expect(
+        [...(view.body.repositories as Array<{ name: string }>), ...moreCeilings.items].map((r) => r.name),
+      ).toEqual(ceilings.items.map((r) => r.name));
+      const forged = await getJson('/console/api/groups?cursor=forged!', cookie);
+      expect([forged.status, forged.body.code]).toEqual([400, 'invalid_request']);
     } finally {
       await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name LIKE 'g-%'`);
       await db.pool.query(`DELETE FROM arkvory_repositories WHERE name LIKE 'ceiled-%'`);
+    }
+  });
+});
+
+describe("a group's members", () => {
+  it('are paged by name (route, CLI and console): a group answers its first 100 and where they continue; a forged cursor is 400', async () => {
+    // 250 members, past the 100 a group's answer holds.
+    await db.pool.query(`INSERT INTO arkvory_principal_groups (name) VALUES ('crowd'), ('empty')`);
+    await db.pool.query(
+      `INSERT INTO arkvory_principal_group_members (group_name, principal_id)
+         SELECT 'crowd', id FROM arkvory_principals WHERE name BETWEEN 'p-00001' AND 'p-00250'`,
+    );
+    const names = Array.from({ length: 250 }, (_, i) => `p-${String(i + 1).padStart(5, '0')}`);
+    try {
+      const group = await getJson('/api/v1/admin/groups/crowd');
+      expect(group.body.members).toEqual(names.slice(0, PAGE_DEFAULT_LIMIT));
+      expect(group.body.membersNextCursor).toEqual(expect.any(String));
+      const listed = (await getJson('/api/v1/admin/groups')).body.groups as Array<Record<string, unknown>>;
+      expect(listed.find((g) => g.name === 'crowd')).toEqual(group.body);
+      expect(listed.find((g) => g.name === 'empty')).toMatchObject({ members: [], membersNextCursor: null });
+      // Walking the members listing gives each once; the group's cursor continues it past the 100.
+      const walked = await walk('/api/v1/admin/groups/crowd/members?limit=40', 'members');
+      expect(walked.largest).toBe(40);
+      expect(walked.items).toEqual(names);
+      const rest = await getJson(
+        `/api/v1/admin/groups/crowd/members?limit=1000&cursor=${encodeURIComponent(group.body.membersNextCursor as string)}`,
+      );
+      expect(rest.body).toEqual({ members: names.slice(PAGE_DEFAULT_LIMIT), nextCursor: null });
+      expect((await getJson('/api/v1/admin/groups/empty/members')).body).toEqual({ members: [], nextCursor: null });
+      expect((await getJson('/api/v1/admin/groups/nowhere/members')).status).toBe(404);
+      for (const query of [
+        'cursor=forged!',
+        `cursor=${encodeCursor(CURSORS.groups, ['crowd'])}`,
+        `cursor=${encodeCursor(CURSORS.groupMembers, ['a\u0000'])}`,
+        'limit=0',
+        `limit=${PAGE_MAX_LIMIT + 1}`,
+      ]) {
+        const res = await getJson(`/api/v1/admin/groups/crowd/members?${query}`);
+        expect([res.status, res.body.code], query).toEqual([400, 'invalid_request']);
+      }
+      // The console: the ceilings view's group holds the first 100, its members listing the rest.
+      const cookie = await consoleCookie();
+      const view = await getJson('/console/api/ceilings', cookie);
+      const shown = (view.body.groups as Array<Record<string, unknown>>).find((g) => g.name === 'crowd')!;
+      expect(shown.members).toEqual(names.slice(0, PAGE_DEFAULT_LIMIT));
+      const consoleRest = await walk(
+        `/console/api/groups/crowd/members?cursor=${encodeURIComponent(shown.membersNextCursor as string)}`,
+        'members',
+        cookie,
+      );
+      expect(consoleRest.items).toEqual(names.slice(PAGE_DEFAULT_LIMIT));
+      // arkvory groups members: the same pages; a forged cursor is a usage error before it connects.
+      const env = { ARKVORY_DATABASE_URL: db.url };
+      const first = await runCli(['groups', 'members', 'crowd', '--limit', '200'], env);
+      expect(first.code, first.stderr).toBe(0);
+      const page1 = JSON.parse(first.stdout) as { members: string[]; nextCursor: string };
+      const second = await runCli(['groups', 'members', 'crowd', '--cursor', page1.nextCursor], env);
+      expect([...page1.members, ...(JSON.parse(second.stdout) as { members: string[] }).members]).toEqual(names);
+      expect(JSON.parse(second.stdout).nextCursor).toBeNull();
+      const forged = await runCli(['groups', 'members', 'crowd', '--cursor', 'forged!'], env);
+      expect([forged.code, forged.stderr]).toEqual([2, expect.stringContaining('cursor is not valid')]);
+    } finally {
+      await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name IN ('crowd', 'empty')`);
     }
   });
 });

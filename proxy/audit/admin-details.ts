@@ -2,7 +2,7 @@
  * What an admin change is recorded with, the same from the admin API and the CLI (pure): ids,
  * names and scopes, never a key or a secret (a created key's `key` is dropped here).
  */
-import type { CertificateBindingRow, GrantRow, KeyRow, PrincipalRow } from '../../policy/auth/admin-store.ts';
+import type { CertificateBindingRow, GrantRow, GroupRow, KeyRow, PrincipalRow } from '../../policy/auth/admin-store.ts';
 
 export const principalDetails = (p: PrincipalRow) => ({ principalId: p.id, name: p.name, disabled: p.disabled });
 
@@ -21,6 +21,14 @@ export const certificateDetails = (c: CertificateBindingRow) => ({
 });
 
 export const grantDetails = (g: GrantRow) => ({ ...g });
+
+/** A group's ceilings and the members its answer holds (the first page); its cursor is no change. */
+export const groupDetails = (g: GroupRow) => ({
+  name: g.name,
+  downloadBytesPerSec: g.downloadBytesPerSec,
+  uploadBytesPerSec: g.uploadBytesPerSec,
+  members: g.members,
+});
 
 /**
  * The rule names a published batch names, per limiter: each limiter's rules as a list

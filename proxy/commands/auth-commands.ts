@@ -13,7 +13,13 @@ import {
 } from '../../policy/auth/admin-store.ts';
 import { CURSORS } from '../../policy/auth/page.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
+import {
+  certificateDetails,
+  grantDetails,
+  groupDetails,
+  keyDetails,
+  principalDetails,
+} from '../audit/admin-details.ts';
 import { type CliAction, recordCliAction } from './cli-audit.ts';
 import { openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
@@ -407,8 +413,9 @@ export const groupsCommand: Command = defineCommand({
 65536 to 2^40; in the shared profile each gateway enforces floor(download / SLOTS)). A principal may be
 in several groups; a transfer is paced by every bucket it belongs to. set creates a group or changes
 its ceilings (an option left out keeps its value). Gateways apply a change within 2 seconds
-(docs/bandwidth-and-admission.md, "Group and repository ceilings"). list prints one page of groups with
-their members, { "groups": [...], "nextCursor": … }.
+(docs/bandwidth-and-admission.md, "Group and repository ceilings"). list prints one page of groups, each
+with its first 100 members and membersNextCursor (null: that is all of them), { "groups": [...],
+"nextCursor": … }; members prints one page of a group's members, { "members": [...], "nextCursor": … }.
 The database is ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
 ARKVORY_DATA_DIR. Output is JSON on stdout.`,
   forms: [
@@ -422,7 +429,7 @@ ARKVORY_DATA_DIR. Output is JSON on stdout.`,
         return withStore(
           env,
           (s) => s.setGroup(name, ceilings),
-          (g) => ({ action: 'group.set', target: { group: input.positionals[0] }, details: { ...g } }),
+          (g) => ({ action: 'group.set', target: { group: input.positionals[0] }, details: groupDetails(g) }),
         );
       },
     }),
@@ -465,6 +472,15 @@ ARKVORY_DATA_DIR. Output is JSON on stdout.`,
       run: (input, env) => {
         const page = pageInput(input, CURSORS.groups);
         return withStore(env, async (s) => printed('groups')(await s.listGroupsPage(page)));
+      },
+    }),
+    form({
+      name: 'members',
+      args: '<group>',
+      options: PAGE_OPTIONS,
+      run: (input, env) => {
+        const page = pageInput(input, CURSORS.groupMembers);
+        return withStore(env, async (s) => printed('members')(await s.listGroupMembers(input.positionals[0]!, page)));
       },
     }),
   ],

@@ -1,7 +1,8 @@
 /**
  * The console's access view (a page of principals with their keys and grants, repositories), its
- * ceilings view (groups with their members, repository ceilings) and their changes, which are the
- * admin API's own handlers served under `/console/api/`.
+ * ceilings view (a page of groups with their first members, a page of repository ceilings, and the
+ * listings that continue them) and their changes, which are the admin API's own handlers served
+ * under `/console/api/`.
  */
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { authAdminRoutes, pageQuery } from '../admin/auth-admin-routes.ts';
@@ -36,10 +37,20 @@ export function accessRoutes(services: Services): Route[] {
     mirror('PUT', '/principals/:principal/bandwidth-weight'),
     mirror('POST', '/keys/:keyId/revoke'),
     mirror('PUT', '/grants/:principal/:repository'),
+    // The first page of each listing, and where each continues (the routes below): the view listed
+    // every group with every member, and every repository with a ceiling, in one answer.
     api(['GET'], 'ceilings', async (ctx) => {
-      const [groups, repositories] = await Promise.all([store.listGroups(), store.listRepositoryCeilings()]);
-      sendJson(ctx.res, 200, { groups, repositories });
+      const [groups, repositories] = await Promise.all([store.listGroupsPage(), store.listRepositoryCeilingsPage()]);
+      sendJson(ctx.res, 200, {
+        groups: groups.items,
+        groupsNextCursor: groups.nextCursor,
+        repositories: repositories.items,
+        repositoriesNextCursor: repositories.nextCursor,
+      });
     }),
+    mirror('GET', '/groups'),
+    mirror('GET', '/groups/:group/members'),
+    mirror('GET', '/repository-ceilings'),
     mirror('PUT', '/groups/:group'),
     mirror('DELETE', '/groups/:group'),
     mirror('PUT', '/groups/:group/members/:principal'),

@@ -106,6 +106,7 @@ describe('group and repository ceilings', () => {
           downloadBytesPerSec: GROUP_RATE,
           uploadBytesPerSec: 0,
           members: ['crawler-1', 'crawler-2'],
+          membersNextCursor: null,
         },
       ],
       nextCursor: null,

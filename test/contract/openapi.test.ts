@@ -408,6 +408,9 @@ describe('real responses against the document', () => {
     await call('PUT', MEMBER, '/api/v1/admin/groups/crawlers/members/ci', { headers: admin });
     await call('PUT', MEMBER, '/api/v1/admin/groups/crawlers/members/nobody', { headers: admin });
     await call('GET', GROUP, '/api/v1/admin/groups/crawlers', { headers: admin });
+    await call('GET', `${GROUP}/members`, '/api/v1/admin/groups/crawlers/members?limit=1', { headers: admin });
+    await call('GET', `${GROUP}/members`, '/api/v1/admin/groups/crawlers/members?cursor=forged!', { headers: admin });
+    await call('GET', `${GROUP}/members`, '/api/v1/admin/groups/nothing/members', { headers: admin });
     await call('GET', GROUP, '/api/v1/admin/groups/nothing', { headers: admin });
     await call('GET', '/api/v1/admin/groups', '/api/v1/admin/groups', { headers: admin });
     await call('DELETE', MEMBER, '/api/v1/admin/groups/crawlers/members/ci', { headers: admin });
@@ -630,6 +633,12 @@ describe('real responses against the document', () => {
       { headers: session },
     );
     await call('GET', '/console/api/ceilings', '/console/api/ceilings', { headers: noCsrf });
+    await call('GET', '/console/api/groups', '/console/api/groups?limit=1', { headers: noCsrf });
+    await call('GET', '/console/api/groups', '/console/api/groups?cursor=forged!', { headers: noCsrf });
+    await call('GET', '/console/api/groups/:group/members', '/console/api/groups/console-group/members', {
+      headers: noCsrf,
+    });
+    await call('GET', '/console/api/repository-ceilings', '/console/api/repository-ceilings', { headers: noCsrf });
     await call(
       'DELETE',
       '/console/api/groups/:group/members/:principal',

@@ -829,14 +829,58 @@ function rateText(bytesPerSec) {
   return bytesPerSec >= 1048576 ? `${(bytesPerSec / 1048576).toFixed(1)} MiB/s` : `${bytesPerSec} B/s`;
 }
 
+/**
+ * The ceilings view is paged by the server like the access view: the groups and the repositories
+ * with ceilings shown so far, each group with the members read so far, and the cursor where each
+ * listing continues (null: all shown); the "more" buttons read the next page.
+ */
+let ceilingGroups = [];
+let groupsCursor = null;
+let ceilingRepositories = [];
+let repositoriesCursor = null;
+
 async function refreshCeilings() {
   const data = await api('GET', '/console/api/ceilings');
+  ceilingGroups = data.groups;
+  groupsCursor = data.groupsNextCursor;
+  ceilingRepositories = data.repositories;
+  repositoriesCursor = data.repositoriesNextCursor;
+  renderGroups();
+  renderRepositoryCeilings();
+}
+
+async function moreGroups() {
+  if (!groupsCursor) return;
+  const data = await api('GET', `/console/api/groups?cursor=${enc(groupsCursor)}`, undefined, true);
+  ceilingGroups = ceilingGroups.concat(data.groups);
+  groupsCursor = data.nextCursor;
+  renderGroups();
+}
+
+async function moreMembers(group) {
+  if (!group.membersNextCursor) return;
+  const path = `/console/api/groups/${enc(group.name)}/members?cursor=${enc(group.membersNextCursor)}`;
+  const data = await api('GET', path, undefined, true);
+  group.members = group.members.concat(data.members);
+  group.membersNextCursor = data.nextCursor;
+  renderGroups();
+}
+
+async function moreRepositoryCeilings() {
+  if (!repositoriesCursor) return;
+  const data = await api('GET', `/console/api/repository-ceilings?cursor=${enc(repositoriesCursor)}`, undefined, true);
+  ceilingRepositories = ceilingRepositories.concat(data.repositories);
+  repositoriesCursor = data.nextCursor;
+  renderRepositoryCeilings();
+}
+
+function renderGroups() {
   const groupSelect = $('group-select');
   const chosen = groupSelect.value;
-  groupSelect.replaceChildren(...data.groups.map((g) => el('option', { value: g.name, text: g.name })));
+  groupSelect.replaceChildren(...ceilingGroups.map((g) => el('option', { value: g.name, text: g.name })));
   if (chosen) groupSelect.value = chosen;
   $('group-rows').replaceChildren(
-    ...data.groups.map((g) =>
+    ...ceilingGroups.map((g) =>
       el(
         'tr',
         { 'data-group': g.name },
@@ -865,6 +909,15 @@ async function refreshCeilings() {
                 ),
               )
             : 'no members',
+          g.membersNextCursor
+            ? el('button', {
+                type: 'button',
+                class: 'small',
+                'data-more-members': g.name,
+                text: 'more members',
+                onclick: () => void moreMembers(g),
+              })
+            : null,
         ),
         el(
           'td',
@@ -883,8 +936,12 @@ async function refreshCeilings() {
       ),
     ),
   );
+  $('more-groups').hidden = !groupsCursor;
+}
+
+function renderRepositoryCeilings() {
   $('repository-ceiling-rows').replaceChildren(
-    ...data.repositories.map((r) =>
+    ...ceilingRepositories.map((r) =>
       el(
         'tr',
         { 'data-repository-ceiling': r.name },
@@ -895,6 +952,7 @@ async function refreshCeilings() {
       ),
     ),
   );
+  $('more-repository-ceilings').hidden = !repositoriesCursor;
 }
 
 const enc = encodeURIComponent;
@@ -947,6 +1005,8 @@ async function start() {
   $('member-form').addEventListener('submit', (e) => void addMember(e));
   $('repository-ceiling-form').addEventListener('submit', (e) => void setRepositoryCeilings(e));
   $('more-principals').addEventListener('click', () => void morePrincipals());
+  $('more-groups').addEventListener('click', () => void moreGroups());
+  $('more-repository-ceilings').addEventListener('click', () => void moreRepositoryCeilings());
   $('idle-form').addEventListener('submit', (e) => void showIdle(e));
   $('new-key-dismiss').addEventListener('click', () => {
     $('new-key').hidden = true;
