@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { runCli } from '../../test/support/gateway.ts';
 import { CURSORS, encodeCursor } from '../../policy/auth/page.ts';
 import {
   addUsage,
@@ -213,5 +214,36 @@ describe('transactionStatuses', () => {
     await expect(principalDays(db.pool, { limit: 2, cursor: feb30 })).rejects.toMatchObject({
       code: 'invalid_request',
     });
+  });
+
+  it('arkvory stats says where more rows are and reads them: --cursor, --all; a cursor not its own is exit 2', async () => {
+    await db.pool.query('DELETE FROM arkvory_usage_principal_days');
+    // 5 principal days, past a page of 2.
+    await db.pool.query(
+      `INSERT INTO arkvory_usage_principal_days (principal_id, day, requests, bytes_down, bytes_up)
+         SELECT gen_random_uuid(), date '2026-12-01' + i, i, 0, 0 FROM generate_series(1, 5) i`,
+    );
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const lines = (stdout: string) =>
+      stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { day: string });
+    const all = (await principalDays(db.pool, { limit: 100 })).items.map((d) => d.day);
+    expect(all).toHaveLength(5);
+    const first = await runCli(['stats', 'principals', '--limit', '2'], env);
+    expect(first.code, first.stderr).toBe(0);
+    expect(lines(first.stdout).map((d) => d.day)).toEqual(all.slice(0, 2));
+    const more = /^more: --cursor ([A-Za-z0-9_-]+)\n$/.exec(first.stderr);
+    expect(more, first.stderr).not.toBeNull();
+    const rest = await runCli(['stats', 'principals', '--limit', '2', '--cursor', more![1]!, '--all'], env);
+    expect(rest.code, rest.stderr).toBe(0);
+    expect(rest.stderr).toBe('');
+    expect(lines(rest.stdout).map((d) => d.day)).toEqual(all.slice(2));
+    const forged = await runCli(['stats', 'artifacts', '--cursor', more![1]!], env);
+    expect([forged.code, forged.stderr]).toEqual([
+      2,
+      expect.stringContaining('cursor was made for the principal days'),
+    ]);
   });
 });

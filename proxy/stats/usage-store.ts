@@ -144,7 +144,7 @@ const BIGINT_MAX = 2n ** 63n - 1n;
  * The sort key of a stats cursor, checked past its shape where PostgreSQL would refuse it with a
  * 500: a count beyond a bigint, a day the calendar does not have.
  */
-function decodeCursor(raw: unknown, cursor: CursorShape): string[] | undefined {
+export function decodeStatsCursor(raw: unknown, cursor: CursorShape): string[] | undefined {
   const key = decodePageCursor(raw, cursor);
   if (!key) return undefined;
   const count = cursor === CURSORS.statsPrincipals ? key[1]! : key[0]!;
@@ -175,7 +175,7 @@ export async function mostDownloaded(
   db: Queryable,
   options: { repository?: string; limit: number; cursor?: string | undefined },
 ): Promise<Page<ArtifactStats>> {
-  const after = decodeCursor(options.cursor, CURSORS.statsTop);
+  const after = decodeStatsCursor(options.cursor, CURSORS.statsTop);
   const { rows } = await db.query(
     `SELECT u.repository, u.kind, u.name, u.version, u.asset, u.downloads::float8 AS downloads, u.bytes::float8 AS bytes,
             u.last_downloaded_at, u.last_downloader::text AS last_downloader, u.downloads::text AS downloads_key
@@ -201,7 +201,7 @@ export async function notDownloadedFor(
   db: Queryable,
   options: { days: number; repository?: string; limit: number; cursor?: string | undefined },
 ): Promise<Page<ArtifactStats>> {
-  const after = decodeCursor(options.cursor, CURSORS.statsIdle);
+  const after = decodeStatsCursor(options.cursor, CURSORS.statsIdle);
   // The cursor keeps created_at in microseconds as text: a JS Date would round it to milliseconds.
   const { rows } = await db.query(
     `SELECT ${IDLE_COLUMNS}, (extract(epoch FROM a.created_at) * 1000000)::bigint::text AS created_us
@@ -241,7 +241,7 @@ export async function principalDays(
   db: Queryable,
   options: { principal?: string; since?: string; until?: string; limit: number; cursor?: string | undefined },
 ): Promise<Page<PrincipalDayStats>> {
-  const after = decodeCursor(options.cursor, CURSORS.statsPrincipals);
+  const after = decodeStatsCursor(options.cursor, CURSORS.statsPrincipals);
   const { rows } = await db.query(
     `SELECT u.principal_id::text AS principal_id, p.name AS principal_name, to_char(u.day, 'YYYY-MM-DD') AS day,
             u.requests::float8 AS requests, u.bytes_down::float8 AS bytes_down, u.bytes_up::float8 AS bytes_up,
