@@ -12,12 +12,16 @@ const server = http2.createServer(
   (_req, res) => handler(res as unknown as Http2Response),
 );
 let client: http2.ClientHttp2Session;
+/** Errors of the client's session: none is expected (afterAll checks). */
+const sessionErrors: unknown[] = [];
 
 beforeAll(async () => {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   client = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  client.on('error', (err) => sessionErrors.push(err));
 });
 afterAll(async () => {
+  expect(sessionErrors).toEqual([]);
   client.close();
   await new Promise<void>((resolve) => server.close(() => resolve()));
 });
