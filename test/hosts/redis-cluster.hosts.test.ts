@@ -17,7 +17,7 @@ import { bearer, createRepository, createServiceAccount } from '../support/auth.
 import { createTestDatabase } from '../support/database.ts';
 import { makeTempDir, runCli, startGateway } from '../support/gateway.ts';
 import { NODE_TIMEOUT_MS, startRedisCluster, type RedisClusterHandle } from './redis-cluster.ts';
-import { readsByPrincipal, waitUntil, writeRateLimitsFile } from '../harness/index.ts';
+import { readsByPrincipal, roomInWindow, waitUntil, writeRateLimitsFile } from '../harness/index.ts';
 
 let cluster: RedisClusterHandle;
 let client: RateLimitRedis;
@@ -116,6 +116,11 @@ describe('backup and restore of rule documents on a cluster', () => {
 
 describe('gateways on the cluster', () => {
   it('share one request budget across two processes; two rules on different slots both count', async () => {
+    // The budget counts per aligned wall-clock hour (keys.ts): requests on both sides of a window's
+    // end count in two windows, and the fifth passes. With 60 s, five requests once straddled a
+    // minute in CI (the first at 17:05:59.98, the second at 17:06:00.01): an hour makes the wait
+    // for a window with room (below) rare.
+    const periodS = 3600;
     const db = await createTestDatabase();
     try {
       await createRepository(db.pool, 'r');
@@ -123,7 +128,7 @@ describe('gateways on the cluster', () => {
       const file = await writeRateLimitsFile(
         {
           gateway_request: [
-            readsByPrincipal('cluster_reads_by_principal', 4, 60),
+            readsByPrincipal('cluster_reads_by_principal', 4, periodS),
             { name: 'cluster_reads_by_ip', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 },
           ],
         },
@@ -137,8 +142,8 @@ describe('gateways on the cluster', () => {
         ARKVORY_REDIS_KEY_PREFIX: 'arkvory:t:gw:',
         ARKVORY_GATEWAY_SLOTS: '2',
         ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024),
-        // The count must be exact: once, under the whole suite and a benchmark beside it, the fifth
-        // request got 404, most likely a cluster call past the 100 ms default failing open.
+        // The count must be exact: a cluster call past the 100 ms default would fail open (and log a
+        // warning) under the whole suite's load.
         ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '2000',
       };
       const a = await startGateway({ env: { ...env, ARKVORY_ROLE: 'api', ARKVORY_GATEWAY_SLOT: '0' } });
@@ -146,13 +151,15 @@ describe('gateways on the cluster', () => {
         env: { ...env, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' },
         dataDir: a.dataDir,
       });
+      // All five checks in one window: each takes at most the 2 s timeout above.
+      await roomInWindow(periodS * 1000, 10_000);
       const statuses: number[] = [];
       for (const gw of [a, b, a, b, a]) {
         const res = await fetch(`${gw.url}/api/v1/repositories/r/artifacts/none/content`, { headers: bearer(key) });
         statuses.push(res.status);
         if (res.status === 429) {
           expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
-          expect(res.headers.get('ratelimit-policy')).toBe('"cluster_reads_by_principal";q=4;w=60');
+          expect(res.headers.get('ratelimit-policy')).toBe(`"cluster_reads_by_principal";q=4;w=${periodS}`);
         }
         await res.arrayBuffer();
       }
