@@ -11,7 +11,13 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort, readsByPrincipal, waitUntil, writeRateLimitsFile } from '../../test/harness/index.ts';
+import {
+  freeLoopbackPort,
+  readsByPrincipal,
+  roomInWindow,
+  waitUntil,
+  writeRateLimitsFile,
+} from '../../test/harness/index.ts';
 
 const REPO = 'statuses';
 const ARTIFACT = '/api/v1/repositories/:repo/artifacts/:id';
@@ -83,8 +89,8 @@ beforeAll(async () => {
       ARKVORY_METRICS_PORT: String(metricsPort),
       ARKVORY_MAX_CONNECTIONS: String(MAX_CONNECTIONS),
       ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: String(MAX_CONNECTIONS),
-      // One read a minute per principal: the limited key's second read is a 429.
-      ARKVORY_RATE_LIMITS_FILE: await writeRateLimitsFile({ gateway_request: [readsByPrincipal('one_read', 1, 60)] }),
+      // One read an hour per principal: the limited key's second read is a 429 (both in one window, below).
+      ARKVORY_RATE_LIMITS_FILE: await writeRateLimitsFile({ gateway_request: [readsByPrincipal('one_read', 1, 3600)] }),
     },
   });
 }, 90_000);
@@ -98,6 +104,8 @@ it('every answer is counted once with its status, whichever gate or the front do
   const url = (id: string) => `${gw.url}/api/v1/repositories/${REPO}/artifacts/${id}`;
   const before = await requestCounts();
   const beforeDurations = await requestCounts('arkvory_http_request_duration_seconds_count');
+  // Windows follow the wall clock: the limited key's two reads must not straddle an hour's end.
+  await roomInWindow(3_600_000, 10_000);
   const statuses = [
     // A key without the write scope or grant; a browser's write for another site; no valid key.
     (await request(url('a.bin'), { method: 'PUT', headers: bearer(readOnly.key), body: Buffer.from('x') })).status,
