@@ -108,15 +108,17 @@ export async function assembleOnServer(
       );
     if (stageOptions.expectedSha256 !== undefined && stageOptions.expectedSha256 !== sha256)
       throw new StorageError('invalid_request', "The assembled parts do not match the session's sha256.");
-    // Only now, every check passed, does the object come into existence.
-    await completeMultipart(client, target, uploadId, etags);
+    // Only now, every check passed, does the object come into existence. A completion answered
+    // without an ETag throws (completeMultipart): under a blob name nothing checks it again, and the
+    // HEAD below would take a same-size object already there (damaged, planted) for the assembly.
+    const completed = await completeMultipart(client, target, uploadId, etags);
     const head = await client.head(target);
     if (head?.sizeBytes !== sizeBytes)
       throw new StorageError(
         'upstream_unreachable',
         `The S3 server assembled ${target} with ${head?.sizeBytes ?? 'no'} bytes, not ${sizeBytes}.`,
       );
-    return { sha256, sizeBytes, sliceDigests: slices?.finish(), etag: head.etag };
+    return { sha256, sizeBytes, sliceDigests: slices?.finish(), etag: head.etag ?? completed };
   } catch (err) {
     await previous.catch(() => {});
     await abortMultipart(client, target, uploadId).catch(() => {});

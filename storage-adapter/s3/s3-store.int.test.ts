@@ -517,17 +517,18 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
     }
   });
 
-  it('a PUT answered with success but without an ETag (a proxy answering 200 to anything) is a failed write: nothing staged, nothing published', async () => {
-    await db.pool.query('DELETE FROM arkvory_storage');
-    await backing.reset();
-    // An nginx in front of the server passes everything through, but answers a PUT of an object under
-    // blobs/ or tmp/ (no copy, no part) 200 without an ETag once it has read the whole body.
+  /**
+   * A real nginx in front of the server: it passes everything through, but answers a request whose
+   * "method|query|x-amz-copy-source|path" matches `match` (a regex) 200 with `body` and no ETag,
+   * once it has read the request's whole body.
+   */
+  async function answeringFront(match: string, body: string) {
     const dir = await makeTempDir('arkvory-no-etag-proxy-');
     const port = await freeLoopbackPort();
     const conf = await writeNginxConf(dir, {
       http: `map "$request_method|$args|$http_x_amz_copy_source|$uri" $answer_200 {
   default 0;
-  "~^PUT\\|\\|\\|/${server.bucket}/(blobs|tmp)/" 1;
+  "~${match}" 1;
 }
 server {
   listen 127.0.0.1:${port};
@@ -539,17 +540,31 @@ server {
     proxy_set_header Host $http_host;
   }
   location = /answer-200 { proxy_pass http://127.0.0.1:${port}/bare-200; }
-  location = /bare-200 { return 200; }
+  location = /bare-200 { ${body === '' ? 'return 200;' : `default_type application/xml; return 200 '${body}';`} }
 }`,
     });
-    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (PUT 200, no ETag)' });
+    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (200, no ETag)' });
     try {
       await waitForHttp(`http://127.0.0.1:${port}/`, { process: front, isReady: (status) => status < 500 });
+    } catch (err) {
+      await front.stop();
+      throw err;
+    }
+    return { endpoint: `http://127.0.0.1:${port}`, stop: () => front.stop() };
+  }
+
+  it('a PUT answered with success but without an ETag (a proxy answering 200 to anything) is a failed write: nothing staged, nothing published', async () => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    await backing.reset();
+    // An nginx in front of the server passes everything through, but answers a PUT of an object under
+    // blobs/ or tmp/ (no copy, no part) 200 without an ETag once it has read the whole body.
+    const front = await answeringFront(`^PUT\\|\\|\\|/${server.bucket}/(blobs|tmp)/`, '');
+    try {
       const bytes = randomBytes(MiB + 5);
       for (const socketWrites of [true, false]) {
         const store = await openS3Store({
           location: { bucket: server.bucket, prefix: '' },
-          endpoint: `http://127.0.0.1:${port}`,
+          endpoint: front.endpoint,
           region: server.region,
           credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
           connectTimeoutMs: 2000,
@@ -711,6 +726,55 @@ server {
     expect(await listKeys(server, 'tmp/')).toEqual([]);
     expect(await listKeys(server, 'blobs/')).toEqual([]);
     expect(await openUploads()).toEqual([]);
+  });
+
+  it('an assembly completed with a CompleteMultipartUploadResult without an ETag is a failed write: the upload aborted, a same-size object under the blob name not published', async () => {
+    const store = await writer();
+    const session = '00000000-0000-4000-8000-0000000000a7';
+    const bodies = [randomBytes(5 * MiB), randomBytes(MiB + 3)];
+    const whole = Buffer.concat(bodies);
+    const parts = await writeParts(store, session, bodies);
+    await store.close();
+    // Damaged bytes of the right size already under the blob name: only the completion's ETag says
+    // the server assembled anything (the HEAD after it sees the right size either way).
+    await s3Probe(server).write(blobName(sha256(whole)), randomBytes(whole.length));
+    // The nginx answers the completion of an upload under blobs/ itself: a result, no ETag.
+    const front = await answeringFront(
+      `^POST\\|uploadId=[^|]*\\|\\|/${server.bucket}/blobs/`,
+      `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>${server.bucket}</Bucket><Key>${blobName(sha256(whole))}</Key></CompleteMultipartUploadResult>`,
+    );
+    const fronted = await openS3Store({
+      location: { bucket: server.bucket, prefix: '' },
+      endpoint: front.endpoint,
+      region: server.region,
+      credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
+      connectTimeoutMs: 2000,
+      timeoutMs: 30_000,
+      role: 'writer',
+      pool: db.pool,
+    });
+    try {
+      const catalog = createCatalog(db.pool);
+      await expect(
+        publishArtifact(
+          { store: fronted, catalog },
+          {
+            key: key('assembled-no-etag'),
+            body: chunked(Buffer.alloc(0)),
+            stager: (options) => fronted.assembleParts!(session, parts, options),
+            contentType: 'a/b',
+            publishedBy: null,
+            stage: { maxBytes: 1e9, expectedLength: whole.length, expectedSha256: sha256(whole) },
+          },
+        ),
+      ).rejects.toMatchObject({ code: 'upstream_unreachable', message: expect.stringContaining('without an ETag') });
+      expect(fronted.assemblies).toMatchObject({ 'server-copy': 0, streamed: 0 });
+      expect(await catalog.get(key('assembled-no-etag'))).toBeUndefined();
+      expect(await openUploads()).toEqual([]);
+    } finally {
+      await fronted.close();
+      await front.stop();
+    }
   });
 
   it('a part copy that fails while the next part is read fails the assembly, and never goes unhandled (which ends the process)', async () => {

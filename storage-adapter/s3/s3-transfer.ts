@@ -236,15 +236,18 @@ export async function createMultipart(client: S3Client, key: string): Promise<st
 }
 
 /**
- * Completes a multipart upload; the completed object's ETag (`etagOf`) when the answer names one.
- * A 200 whose body is not a CompleteMultipartUploadResult is `upstream_unreachable`.
+ * Completes a multipart upload; the completed object's ETag (`etagOf`). A 200 whose body is not a
+ * CompleteMultipartUploadResult, or one without an ETag (`storedEtag`: S3 names the object it
+ * assembled), is `upstream_unreachable`, and the caller aborts the upload. Every completion needs
+ * it: an assembly straight under a blob name is committed unchecked, and a tree move deletes its
+ * source once the copy's completion was taken as done.
  */
 export async function completeMultipart(
   client: S3Client,
   key: string,
   uploadId: string,
   etags: readonly string[],
-): Promise<string | undefined> {
+): Promise<string> {
   const parts = etags
     .map(
       (etag, i) =>
@@ -267,7 +270,7 @@ export async function completeMultipart(
       'upstream_unreachable',
       `The S3 server answered ${what} with 200 but without a CompleteMultipartUploadResult.`,
     );
-  return etagOf((doc as { ETag?: unknown }).ETag);
+  return storedEtag((doc as { ETag?: unknown }).ETag, what);
 }
 
 /** Best effort: an upload left open is invisible to readers; `arkvory gc` aborts what is left. */
@@ -351,9 +354,7 @@ async function uploadInParts(
       return { etag: storedEtag(headers.etag, `PUT ${key}`) };
     }
     if (rest.length > 0) await sendPart(rest);
-    return {
-      etag: storedEtag(await completeMultipart(client, key, uploadId, etags), `CompleteMultipartUpload ${key}`),
-    };
+    return { etag: await completeMultipart(client, key, uploadId, etags) };
   } catch (err) {
     if (uploadId !== undefined) await abortMultipart(client, key, uploadId).catch(() => {});
     if (options.signal?.aborted && !hasStableCode(err)) throw options.signal.reason;
