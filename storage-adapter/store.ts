@@ -126,7 +126,13 @@ export interface StoreTree {
   read(file: string): AsyncIterable<Buffer>;
   /** Removes a file or a whole directory; a missing one is fine. */
   remove(target: string): Promise<void>;
-  move(from: string, to: string): Promise<void>;
+  /**
+   * Renames `from` to `to`. With `expected` (the size and sha256 of the bytes the caller read there),
+   * a store that copies through us (the static-HTTP store without MOVE) checks the copy as it passes
+   * and fails `stored_bytes_mismatch` on other bytes, writing nothing under `to` and leaving `from`;
+   * a rename (a directory, MOVE) or a server-side copy (S3) moves the object as it is.
+   */
+  move(from: string, to: string, expected?: { readonly sha256: string; readonly sizeBytes: number }): Promise<void>;
   /**
    * Object stores only (S3): uploads begun and never completed nor aborted (a process killed
    * mid-upload, a cut link). Invisible to listings and readers, but they hold space until aborted.

@@ -16,6 +16,8 @@ import { makeTempDir } from '../../test/support/gateway.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { openHttpStore } from './http-store.ts';
 import { blobRelativePath } from '../paths.ts';
+import { scrubBlobs } from '../maintenance/scrub.ts';
+import type { StoreTree } from '../store.ts';
 
 describe('static-HTTP store (nginx)', () => {
   const db = useTestDatabase();
@@ -127,6 +129,53 @@ describe('static-HTTP store (nginx)', () => {
       }
     } finally {
       await front.stop();
+      await nginx.stop();
+    }
+  });
+
+  it('without MOVE, scrub quarantines the bytes it judged; a file put back between its read and its copy stays under its name (stored_bytes_mismatch)', async () => {
+    const nginx = await startStaticStore({ move: false });
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    try {
+      const store = await freshWriterStore(nginx.url);
+      try {
+        const bytes = randomBytes(70_000);
+        const damaged = Buffer.from(bytes);
+        damaged[100]! ^= 1;
+        const name = blobRelativePath(sha(bytes));
+        const file = path.join(nginx.root, name);
+        await mkdir(path.dirname(file), { recursive: true });
+        const quarantined = async () => readdir(path.join(nginx.root, 'quarantine')).catch(() => []);
+
+        // The blob's bytes put back on the storage host (from a backup) once scrub has read the
+        // damaged file, before its copy to quarantine/ reads it again.
+        await writeFile(file, damaged);
+        const tree: StoreTree = {
+          ...store.tree,
+          async *read(file) {
+            yield* store.tree.read(file);
+            if (file === name) await writeFile(path.join(nginx.root, name), bytes);
+          },
+        };
+        await expect(scrubBlobs(tree, { nowMs: () => 1 })).rejects.toMatchObject({
+          code: 'stored_bytes_mismatch',
+          message: expect.stringContaining(sha(damaged)),
+        });
+        expect(sha(await readFile(file))).toBe(sha(bytes));
+        expect(await quarantined()).toEqual([]);
+
+        // Nothing changing meanwhile: the damaged bytes are quarantined as read, and reported so.
+        await writeFile(file, damaged);
+        const report = await scrubBlobs(store.tree, { nowMs: () => 2 });
+        expect(report.corrupt).toEqual([
+          { blob: sha(bytes), actualSha256: sha(damaged), quarantinedAs: `quarantine/${sha(bytes)}.2` },
+        ]);
+        expect(sha(await readFile(path.join(nginx.root, 'quarantine', `${sha(bytes)}.2`)))).toBe(sha(damaged));
+        expect(await readdir(path.dirname(file))).toEqual([]);
+      } finally {
+        await store.close();
+      }
+    } finally {
       await nginx.stop();
     }
   });

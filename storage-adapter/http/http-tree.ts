@@ -47,8 +47,10 @@ export function httpTree(dav: WebDavClient): StoreTree {
     },
     read: (file) => dav.get(file),
     remove: (file) => dav.remove(file),
-    async move(from, to) {
-      await dav.move(from, to, true);
+    // Without MOVE a GET+PUT+DELETE through us: with `expected` the copy must be those bytes before
+    // the source goes (http-webdav.ts move).
+    async move(from, to, expected) {
+      await dav.move(from, to, true, expected);
     },
   };
 }

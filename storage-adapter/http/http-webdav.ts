@@ -137,7 +137,7 @@ export class WebDavClient {
 
   /**
    * MOVE, or GET+PUT+DELETE on a store without it. Returns false when `to` existed and `overwrite` is off.
-   * With `expected` (a blob's publish), the fallback's copy is checked as it passes: bytes of another
+   * With `expected` (a blob's publish; scrub's quarantine, with the bytes it read), the fallback's copy is checked as it passes: bytes of another
    * size or digest (a GET cut short, a proxy rewriting it) fail the PUT before its body ends, so the
    * store keeps nothing new under `to`, and `from` stays for the caller to discard. A MOVE needs no
    * check: the store renames the very object written and verified.

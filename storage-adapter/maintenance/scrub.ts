@@ -46,16 +46,23 @@ export async function scrubBlobs(
     if (blob.isWellNamed) seen.add(blob.name);
     const hash = createHash('sha256');
     const slices = options.sliceBytes !== undefined ? new SliceHasher(options.sliceBytes) : undefined;
+    let read = 0;
     for await (const chunk of tree.read(blob.file)) {
       hash.update(chunk);
       slices?.update(chunk);
-      report.bytes += chunk.length;
+      read += chunk.length;
     }
+    report.bytes += read;
     const actual = hash.digest('hex');
     report.checked++;
     if (!blob.isWellNamed || actual !== blob.name) {
       const target = `quarantine/${blob.name}.${(options.nowMs ?? Date.now)()}`;
-      await tree.move(blob.file, target);
+      // Quarantined are the bytes judged here and reported as `actualSha256`: a store that copies
+      // through us checks its copy against them (not against the name, which they fail by
+      // definition), so bytes that changed since this read (the file put back meanwhile, a read
+      // that ended short) fail the scrub with the file left under its name, never copied aside as
+      // other bytes and deleted.
+      await tree.move(blob.file, target, { sha256: actual, sizeBytes: read });
       report.corrupt.push({ blob: blob.name, actualSha256: actual, quarantinedAs: target });
       await options.onChecked?.(blob.name, undefined);
     } else if (slices) await options.onChecked?.(blob.name, slices.finish());

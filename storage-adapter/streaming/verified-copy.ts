@@ -1,7 +1,7 @@
 /**
- * A copy a store makes through us (read one object, write it under another name) whose bytes must be
- * a known blob's: the source read back may have been cut short (a clean early end), rewritten by a
- * proxy, or replaced on the store. The size and the sha256 are checked as the bytes pass, and a
+ * A copy a store makes through us (read one object, write it under another name) whose bytes are
+ * known: a blob's at its publish, or the damaged bytes scrub read and quarantines. The source read
+ * back may have been cut short (a clean early end), rewritten by a proxy, or replaced on the store. The size and the sha256 are checked as the bytes pass, and a
  * mismatch throws inside the body, before it ends: the store sees a failed write and keeps nothing
  * under the target (the one read is never taken as the blob).
  */
@@ -34,7 +34,7 @@ export async function* verifiedCopy(
     const got = checked.result.sha256 === '' ? '' : ` of sha256 ${checked.result.sha256}`;
     throw new StorageError(
       'stored_bytes_mismatch',
-      `${what} read ${checked.result.sizeBytes} bytes${got}${checked.result.sizeBytes > expected.sizeBytes ? ' (at least)' : ''}, not the ${expected.sizeBytes} bytes of sha256 ${expected.sha256} staged: the copy was not completed.`,
+      `${what} read ${checked.result.sizeBytes} bytes${got}${checked.result.sizeBytes > expected.sizeBytes ? ' (at least)' : ''}, not the ${expected.sizeBytes} bytes of sha256 ${expected.sha256} expected: the copy was not completed.`,
       { cause: err },
     );
   }
