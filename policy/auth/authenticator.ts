@@ -111,8 +111,9 @@ const STALE = new WeakSet<object>();
 /**
  * The same 401 as `unauthorized`, for a credential that was genuine and is no longer: a key presented
  * with its right secret but revoked, expired or its principal disabled; a link whose signature holds
- * but that expired, outlives the maximum or whose key no longer works. Its sender holds what was
- * issued, so nothing is being guessed, and the `auth_failure` ban does not count it: a CI job still
+ * but that expired, outlives the maximum or whose key no longer works (and an expired link whose
+ * signature cannot be checked while the database is out of reach: never served, so never a guess).
+ * Its sender holds what was issued, so nothing is being guessed, and the `auth_failure` ban does not count it: a CI job still
  * configured with a revoked key, or a cache refetching an expired link, would otherwise get its
  * address banned and every other client behind it (a NAT, a proxy) locked out (rate-limit-gate.ts).
  */

@@ -254,9 +254,12 @@ export class PresignedLinks {
     const nowMs = this.#clock.wallMs();
     const expired = link.expiresAt * 1000 <= nowMs;
     // An expired link is refused whatever the database says; its secret is read only to tell a
-    // stale link from a forged one, so a database out of reach makes it a plain 401, not a 503.
+    // stale link from a forged one, so a database out of reach makes it a 401, not a 503. Not one
+    // that counts toward the address's ban: no expired link is ever served, so nothing is guessed
+    // with one, and a download manager behind a NAT refetching an expired link through an outage
+    // would otherwise get every client behind that address banned, well past the outage.
     const secret = await this.#secretFor(link.secretId).catch((err: unknown) => {
-      if (expired) throw unauthorized();
+      if (expired) throw staleCredential();
       throw err;
     });
     if (!secret) throw unauthorized();

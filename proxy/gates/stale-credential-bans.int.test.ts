@@ -2,8 +2,10 @@
  * The `auth_failure` ban counts guesses, not stale credentials: an address whose one client keeps
  * sending a revoked, expired or disabled key (with its right secret), or an expired pre-signed link
  * whose signature holds, is not banned, so the other clients behind it (a NAT, a proxy) keep working.
- * A wrong secret or a forged link still counts and bans. Real auth gate and PostgreSQL, in-process
- * server, the shipped ban rule on in-memory counters.
+ * A wrong secret or a forged link still counts and bans. An expired link is not counted either while
+ * PostgreSQL is out of reach (its signature cannot be told from a forged one then, and no expired
+ * link is ever served). Real auth gate and PostgreSQL, in-process server, the shipped ban rule on
+ * in-memory counters.
  */
 import { pino } from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -15,7 +17,8 @@ import { createLimiter, createMemoryCounterStore, type Limiter } from '../../pol
 import { defineRule } from '../../policy/rate-limit/rules.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { openPool, waitUntil } from '../../test/harness/index.ts';
+import { startCountingLink } from '../../test/support/counting-link.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { createGatewayServer, type GatewayServer } from '../server/http-server.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
@@ -129,6 +132,56 @@ describe('auth_failure bans and stale credentials (in-process server, real Postg
     // Mirrors and download managers still holding links of the old secret.
     for (let i = 0; i < 25; i++) expect(await get(link.pathAndQuery)).toBe(401);
     expect(await get(CONTENT, neighbour.key)).toBe(200);
+  });
+
+  it('does not ban an address for expired links while PostgreSQL is out of reach', async () => {
+    const { principal, neighbour } = await linkOwnerAndNeighbour();
+    // A second gateway server whose database connections pass a relay that the test cuts; it
+    // shares the ban counters (and the address) with the first, which keeps its database.
+    const dbUrl = new URL(db.url);
+    const relay = await startCountingLink({ host: dbUrl.hostname, port: Number(dbUrl.port) });
+    const cutUrl = new URL(db.url);
+    cutUrl.hostname = relay.host;
+    cutUrl.port = String(relay.port);
+    const pool = openPool(cutUrl.href, 2);
+    const clock = new ManualClock(Date.now(), 0);
+    const log = createLogger('silent');
+    // No timer poll: the cache stops being trusted when the injected clock says so.
+    const cutAuth = new Authenticator({ pool, databaseUrl: cutUrl.href, clock, log, pollIntervalMs: 3_600_000 });
+    await cutAuth.start();
+    const cutLinks = new PresignedLinks({ pool, auth: cutAuth, clock, maxLifetimeSeconds: 604800 });
+    const lifecycle = new Lifecycle();
+    lifecycle.set('serving');
+    const cutServer = createGatewayServer({
+      log,
+      gates: [guardAuthGate(createAuthGate(cutAuth, lifecycle, undefined, cutLinks), limiter, systemClock)],
+      routes: [
+        {
+          methods: ['GET', 'HEAD'],
+          template: '/t/repos/:repo/content',
+          access: 'read',
+          handle: async (ctx) => sendJson(ctx.res, 200, { principal: ctx.principal?.id ?? null }),
+        },
+      ],
+    });
+    const cutBase = `http://127.0.0.1:${(await cutServer.listen(0, '127.0.0.1')).port}`;
+    try {
+      const link = await cutLinks.issue(principal, CONTENT, 'ab'.repeat(32), 60, 'libs');
+      const viaCut = async () => (await fetch(`${cutBase}${link.pathAndQuery}`)).status;
+      expect(await viaCut()).toBe(200);
+      // PostgreSQL out of reach, the cache no longer trusted, the link past its expiry: a download
+      // manager behind a NAT keeps refetching it.
+      await relay.stop();
+      clock.advance(link.expiresAt.getTime() - clock.wallMs() + 2000);
+      expect(cutAuth.isCacheTrusted).toBe(false);
+      for (let i = 0; i < 25; i++) expect(await viaCut()).toBe(401);
+      // Another client behind the same address is not locked out.
+      expect(await get(CONTENT, neighbour.key)).toBe(200);
+    } finally {
+      await cutServer.close(1000);
+      await cutAuth.stop();
+      await pool.end();
+    }
   });
 });
 
