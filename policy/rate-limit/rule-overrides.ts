@@ -67,7 +67,13 @@ export function validateOverride(
     problems.push({ path: ['subject'], message: 'subject must be a string of 1 to 256 characters' });
   let rules: RuleSpec[] = [];
   if (input.rules !== undefined && spec)
-    rules = validateRuleList(input.rules, ['rules'], problems, new Set(spec.available_properties));
+    rules = validateRuleList(
+      input.rules,
+      ['rules'],
+      problems,
+      new Set(spec.available_properties),
+      spec.limit_rules_count_by,
+    );
   if (rules.length > MAX_OVERRIDE_RULES)
     problems.push({
       path: ['rules'],

@@ -107,7 +107,7 @@ export function validateRulesAnswer(
   if (body.rules === undefined)
     problems.push({ path: ['rules'], message: 'rules is required (a list, possibly empty)' });
   // A missing list is reported above; the rule list's own check reads it as no rules.
-  const rules = validateRuleList(body.rules, ['rules'], problems, properties);
+  const rules = validateRuleList(body.rules, ['rules'], problems, properties, spec.limit_rules_count_by);
   if (rules.length > MAX_ANSWER_RULES)
     problems.push({ path: ['rules'], message: `at most ${MAX_ANSWER_RULES} rules, got ${rules.length}` });
   const ttl = body.ttl_s;

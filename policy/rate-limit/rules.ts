@@ -62,6 +62,12 @@ export interface LimiterSpec {
   description: string;
   available_properties: string[];
   default_rules: RuleSpec[];
+  /**
+   * Properties every `limit` rule of the limiter must count by (`characteristics`). `auth_failure`:
+   * `ip`, since a limit or ban counted without it is one for every address, which any client's
+   * failures could then start (a lockout of everyone by anyone).
+   */
+  limit_rules_count_by?: string[];
 }
 
 export type AvailableLimiters = ReadonlyMap<string, LimiterSpec>;
@@ -109,6 +115,7 @@ export function validateRule(
   path: Path,
   problems: RuleProblem[],
   properties?: ReadonlySet<string>,
+  limitRulesCountBy: readonly string[] = [],
 ): RuleSpec | undefined {
   if (!isPlainObject(value)) {
     problems.push({ path, message: 'a rule must be a mapping' });
@@ -167,6 +174,16 @@ export function validateRule(
         }
       });
   }
+
+  // A limit rule counted without these is one counter, and one ban, for every client (LimiterSpec).
+  const listed: unknown[] | undefined =
+    value.characteristics === undefined ? [] : Array.isArray(value.characteristics) ? value.characteristics : undefined;
+  const uncounted = action === 'limit' && listed ? limitRulesCountBy.filter((p) => !listed.includes(p)) : [];
+  if (uncounted.length > 0)
+    problem(
+      'characteristics',
+      `a limit rule of this limiter must count by ${uncounted.map((p) => quoted(p)).join(', ')} (characteristics: [${limitRulesCountBy.join(', ')}]): without it one counter, and its ban, is every client's, so one client's failures would lock all the others out`,
+    );
 
   const match: Record<string, MatchValue> = {};
   if (value.match !== undefined && value.match !== null) {
@@ -244,6 +261,7 @@ export function validateRuleList(
   path: Path,
   problems: RuleProblem[],
   properties?: ReadonlySet<string>,
+  limitRulesCountBy?: readonly string[],
 ): RuleSpec[] {
   let list: unknown = value;
   let listPath = path;
@@ -265,7 +283,7 @@ export function validateRuleList(
   const out: RuleSpec[] = [];
   const seen = new Map<string, number>();
   list.forEach((item, i) => {
-    const rule = validateRule(item, [...listPath, i], problems, properties);
+    const rule = validateRule(item, [...listPath, i], problems, properties, limitRulesCountBy);
     const name = isPlainObject(item) && typeof item.name === 'string' ? item.name : undefined;
     if (name !== undefined) {
       const first = seen.get(name);
@@ -312,7 +330,7 @@ export function validateAvailableLimiters(doc: unknown): {
       continue;
     }
     for (const k of Object.keys(raw))
-      if (!['description', 'available_properties', 'default_rules'].includes(k))
+      if (!['description', 'available_properties', 'default_rules', 'limit_rules_count_by'].includes(k))
         problems.push({ path: [...path, k], message: `unknown field ${quoted(k)}` });
     if (typeof raw.description !== 'string' || raw.description.length === 0)
       problems.push({ path: [...path, 'description'], message: 'description is required' });
@@ -330,11 +348,32 @@ export function validateAvailableLimiters(doc: unknown): {
           else props.push(p);
         });
     }
-    const defaults = validateRuleList(raw.default_rules ?? [], [...path, 'default_rules'], problems, new Set(props));
+    const countBy: string[] = [];
+    if (raw.limit_rules_count_by !== undefined) {
+      if (!Array.isArray(raw.limit_rules_count_by))
+        problems.push({ path: [...path, 'limit_rules_count_by'], message: 'limit_rules_count_by must be a list' });
+      else
+        raw.limit_rules_count_by.forEach((p, i) => {
+          if (typeof p !== 'string' || !props.includes(p))
+            problems.push({
+              path: [...path, 'limit_rules_count_by', i],
+              message: `limit_rules_count_by ${quoted(p)} is not an available property of this limiter`,
+            });
+          else countBy.push(p);
+        });
+    }
+    const defaults = validateRuleList(
+      raw.default_rules ?? [],
+      [...path, 'default_rules'],
+      problems,
+      new Set(props),
+      countBy,
+    );
     available.set(name, {
       description: typeof raw.description === 'string' ? raw.description : '',
       available_properties: props,
       default_rules: defaults,
+      ...(countBy.length > 0 ? { limit_rules_count_by: countBy } : {}),
     });
   }
   return { available, problems };
@@ -378,7 +417,10 @@ export function validateRateLimits(
       });
       continue;
     }
-    rateLimits.set(limiter, validateRuleList(list, path, problems, new Set(spec.available_properties)));
+    rateLimits.set(
+      limiter,
+      validateRuleList(list, path, problems, new Set(spec.available_properties), spec.limit_rules_count_by),
+    );
   }
   return { rateLimits, problems };
 }
@@ -399,7 +441,13 @@ export function validateLimiterDocument(
   const props = new Set(spec.available_properties);
   const document = emptyDocument();
   for (const tier of TIERS)
-    document[tier].rules = validateRuleList(doc[tier] ?? { rules: [] }, [tier], problems, props);
+    document[tier].rules = validateRuleList(
+      doc[tier] ?? { rules: [] },
+      [tier],
+      problems,
+      props,
+      spec.limit_rules_count_by,
+    );
   return { document: problems.length ? undefined : document, problems };
 }
 
