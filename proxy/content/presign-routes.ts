@@ -19,11 +19,13 @@ import { requestScheme, type TrustedProxies } from '../router/forwarded.ts';
 export const DEFAULT_LINK_SECONDS = 3600;
 
 /**
- * The origin the client used: Host (kept by the router) and the scheme it arrived with
- * (`requestScheme`: this listener's, or what a trusted proxy in front says, never the client).
+ * The origin the client used: Host (kept by the router), or over HTTP/2 `:authority`, which stands
+ * for it there (curl and browsers send no Host), and the scheme it arrived with (`requestScheme`:
+ * this listener's, or what a trusted proxy in front says, never the client).
  */
 function requestOrigin(ctx: RequestContext, trusted: TrustedProxies): string {
-  const host = ctx.req.headers.host;
+  const authority = ctx.req.headers[':authority'];
+  const host = ctx.req.headers.host ?? (typeof authority === 'string' ? authority : undefined);
   const proto = requestScheme(ctx.req, trusted).scheme;
   return host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(host) ? `${proto}://${host}` : '';
 }

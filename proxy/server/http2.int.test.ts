@@ -212,6 +212,27 @@ describe('HTTP/2 on the TLS listener', () => {
     expect(again.status).toBe(304);
   });
 
+  it('curl --http2: a pre-signed link is made on the origin the client used (its :authority) and serves the bytes', async () => {
+    const made = await curl([
+      '--http2',
+      '-X',
+      'POST',
+      '-H',
+      `authorization: Bearer ${owner.key}`,
+      '-H',
+      'content-type: application/json',
+      '--data',
+      '{}',
+      `${gw.https}${artifact}/presign`,
+    ]);
+    const link = JSON.parse(made.stdout) as { url: string; path: string };
+    expect(link.url).toBe(`${gw.https}${link.path}`);
+    const file = path.join(dir, 'by-link.bin');
+    const got = await curl(['--http2', '-o', file, '-w', '%{http_version} %{http_code}', link.url]);
+    expect(got.stdout).toBe('2 200');
+    expect(sha256(await readFile(file))).toBe(sha256(payload));
+  });
+
   it('curl -C - resumes a partial file over HTTP/2, byte-exact', async () => {
     const out = path.join(dir, 'resume.bin');
     await writeFile(out, payload.subarray(0, 1234567));
