@@ -120,7 +120,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http2_stream_resets_sent_total',
     type: 'counter',
     labels: ['reason'],
-    help: 'RST_STREAM frames the front door sent, by reason: send_timeout (CANCEL: the client took no byte in time), body_timeout (the request body stalled: NO_ERROR after a 408, or CANCEL when the answer had begun or its 408 was not taken), early_answer (NO_ERROR: answered before the body was read).',
+    help: 'RST_STREAM frames the front door sent, by reason: send_timeout (CANCEL: the client took no byte in time), body_timeout (the request body stalled: NO_ERROR after a 408, or CANCEL when the answer had begun or its 408 was not taken), early_answer (NO_ERROR: answered before the body was read), malformed (PROTOCOL_ERROR: a malformed request, DATA past its content-length, reset alone rather than with its connection).',
   },
   {
     name: 'arkvory_http2_stream_resets_received_total',

@@ -425,6 +425,11 @@ function getHeaders(target: string, authorization?: string): Buffer {
 class RawH2 {
   goaway: number | undefined;
   readonly resets: number[] = [];
+  /** Streams the server answered (a HEADERS frame), and the code of each stream it reset. */
+  readonly answered = new Set<number>();
+  readonly resetStreams = new Map<number, number>();
+  /** PING acks the server sent. */
+  pingAcks = 0;
   closed = false;
   readonly socket: tls.TLSSocket;
   #buffer = Buffer.alloc(0);
@@ -474,7 +479,13 @@ class RawH2 {
       const type = this.#buffer.readUInt8(3);
       const payload = this.#buffer.subarray(9, 9 + length);
       if (type === FRAME.GOAWAY) this.goaway ??= payload.readUInt32BE(4);
-      if (type === FRAME.RST_STREAM) this.resets.push(payload.readUInt32BE(0));
+      const stream = this.#buffer.readUInt32BE(5) & 0x7fffffff;
+      if (type === FRAME.RST_STREAM) {
+        this.resets.push(payload.readUInt32BE(0));
+        this.resetStreams.set(stream, payload.readUInt32BE(0));
+      }
+      if (type === FRAME.HEADERS) this.answered.add(stream);
+      if (type === FRAME.PING && (this.#buffer.readUInt8(4) & 1) === 1) this.pingAcks++;
       if (type === FRAME.SETTINGS && (this.#buffer.readUInt8(4) & 1) === 0)
         this.socket.write(frame(FRAME.SETTINGS, 1, 0));
       this.#buffer = this.#buffer.subarray(9 + length);
@@ -751,6 +762,55 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     ).toBe(true);
     raw!.close();
     expectBounded(r);
+  });
+
+  it('DATA past a declared content-length resets that upload alone (RST_STREAM PROTOCOL_ERROR): nothing stored, the connection and its other streams go on', async () => {
+    const put = await h2Request(gw.https, artifact, { method: 'PUT', headers: bearer(owner.key), body: payload });
+    expect([200, 201]).toContain(put.status);
+    const before = await metric(gw, 'arkvory_http2_stream_resets_sent_total{reason="malformed"}');
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    let goaway: number | undefined;
+    session.on('goaway', (code) => (goaway = code));
+    // A download in progress on the same connection, not read until the uploads are done.
+    const download = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
+    download.on('error', () => {});
+    download.pause();
+    await new Promise((resolve) => download.once('response', resolve));
+    const target = `/api/v1/repositories/${REPO}/artifacts/overrun.bin`;
+    // The declared length reached in a DATA frame of its own, then more; and a first frame already past it.
+    for (const [first, extra] of [
+      [1000, 500],
+      [1500, 0],
+    ] as const) {
+      const upload = session.request({
+        ':method': 'PUT',
+        ':path': target,
+        'content-length': '1000',
+        ...bearer(owner.key),
+      });
+      upload.on('error', () => {});
+      let answered: unknown;
+      upload.on('response', (h) => (answered = h[':status']));
+      await new Promise((resolve) => upload.write(Buffer.alloc(first, 0x61), resolve));
+      upload.end(Buffer.alloc(extra, 0x62));
+      await new Promise((resolve) => upload.once('close', resolve));
+      expect([upload.rstCode, answered, goaway], `${first}+${extra}`).toEqual([
+        http2.constants.NGHTTP2_PROTOCOL_ERROR,
+        undefined,
+        undefined,
+      ]);
+    }
+    // The other stream finishes byte-exact and the connection takes new requests.
+    const chunks: Buffer[] = [];
+    download.on('data', (c: Buffer) => chunks.push(c));
+    download.resume();
+    await new Promise((resolve) => download.once('end', resolve));
+    expect(sha256(Buffer.concat(chunks))).toBe(sha256(payload));
+    expect((await h2Request(gw.https, `${target}/content`, { session, headers: bearer(owner.key) })).status).toBe(404);
+    expect(goaway).toBeUndefined();
+    session.close();
+    expect(await metric(gw, 'arkvory_http2_stream_resets_sent_total{reason="malformed"}')).toBe(before + 2);
   });
 });
 

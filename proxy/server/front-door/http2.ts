@@ -47,6 +47,7 @@ import { isPacing } from './pacing.ts';
 import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-session-watch.ts';
 import type { TimeoutLines } from './timeout-lines.ts';
 import { type Held, SEND_BUDGET, SendBudget, type StallPhase, StallWatch } from './http2-send-budget.ts';
+import { StreamErrors } from './http2-stream-errors.ts';
 import type { Http2Request, Http2Response } from '../http2-messages.ts';
 import { type Clock, systemClock } from '../../../policy/clock.ts';
 import type { TimerHandle, Timers } from '../../../policy/timers.ts';
@@ -93,7 +94,7 @@ export const HTTP2_SESSION_LIMITS = {
 /** Why the front door sent a session GOAWAY (`arkvory_http2_goaway_sent_total`). */
 export type GoawayReason = 'idle' | 'drain' | 'ping_flood' | 'settings_flood' | 'rapid_reset';
 /** Why the front door reset a stream (`arkvory_http2_stream_resets_sent_total`). */
-export type StreamResetReason = 'send_timeout' | 'body_timeout' | 'early_answer';
+export type StreamResetReason = 'send_timeout' | 'body_timeout' | 'early_answer' | 'malformed';
 
 const FLOOD_REASON: Record<FloodKind, GoawayReason> = {
   ping: 'ping_flood',
@@ -172,7 +173,7 @@ export class Http2Front {
     sessionErrors: 0,
     sendBudgetWaits: 0,
     goaways: { idle: 0, drain: 0, ping_flood: 0, settings_flood: 0, rapid_reset: 0 },
-    resetsSent: { send_timeout: 0, body_timeout: 0, early_answer: 0 },
+    resetsSent: { send_timeout: 0, body_timeout: 0, early_answer: 0, malformed: 0 },
   };
   readonly #sessions = new Map<Http2Session, SessionFront>();
   readonly #limits: FrontDoorTimeouts;
@@ -269,15 +270,23 @@ export class Http2Front {
       (stalled, phase) => this.#stalled(stalled, phase),
     );
     this.#sessions.set(session, { watch, budget, stalls, answers, close, cut });
+    // A malformed request (DATA past its content-length) is reset alone, not its whole connection.
+    const streamErrors = new StreamErrors(session, (resets) => {
+      if (this.#log.isLevelEnabled('debug'))
+        this.#log.debug({ code: 'http2_malformed_request', streams: resets }, 'HTTP/2 malformed request; stream reset');
+    });
     session.on('ping', () => watch.controlFrame('ping'));
     session.on('remoteSettings', () => watch.controlFrame('settings'));
     // One listener per session, not a closure (and a `once` wrapper) per stream: 'close' is emitted once.
     const onStreamClose = function (this: ServerHttp2Stream): void {
       // A reset of ours (a timeout, an early answer) is counted where it is sent, not here. A
       // client's RST_STREAM with NO_ERROR before the answer ended is a reset all the same (`aborted`).
-      const resetByClient = !sentReset.has(this) && (this.rstCode !== NGHTTP2_NO_ERROR || this.aborted);
+      // nghttp2's reset of a malformed request is counted as sent, and toward the client's budget.
+      const malformed = streamErrors.closed(this);
+      const resetByClient = !malformed && !sentReset.has(this) && (this.rstCode !== NGHTTP2_NO_ERROR || this.aborted);
       if (resetByClient) counts.resetsReceived++;
-      watch.streamClosed(resetByClient);
+      if (malformed) counts.resetsSent.malformed++;
+      watch.streamClosed(resetByClient || malformed);
       // What it held is let go, sent or not: answers waiting for the budget may go on.
       if (answers.delete(this)) budget.sent();
       if (session.closed) cutOnceIdle();
