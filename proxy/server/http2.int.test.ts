@@ -8,7 +8,7 @@
  * many streams), each with the gateway's memory, CPU time and a well-behaved client's latency measured.
  */
 import { execFile } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -854,6 +854,15 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     expect(sha256(Buffer.concat(chunks))).toBe(sha256(payload));
     expect((await h2Request(gw.https, `${target}/content`, { session, headers: bearer(owner.key) })).status).toBe(404);
     expect(goaway).toBeUndefined();
+    // What the uploads held is let go: their slots and temporaries (an upload streams into one under tmp/).
+    const temporaries = async () =>
+      (await readdir(path.join(gw.dataDir, 'tmp'), { recursive: true, withFileTypes: true }).catch(() => [])).filter(
+        (e) => e.isFile(),
+      ).length;
+    await waitUntil(
+      async () => (await temporaries()) === 0 && (await metric(gw, 'arkvory_admission_active{kind="upload"}')) === 0,
+      { what: 'the uploads’ slots and temporaries to be let go' },
+    );
     session.close();
     expect(await metric(gw, 'arkvory_http2_stream_resets_sent_total{reason="malformed"}')).toBe(before + 2);
   });
