@@ -24,7 +24,7 @@ import http from '../../lib/node-http.ts';
 import https from 'node:https';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { Pool } from 'undici';
+import { type Dispatcher, Pool } from 'undici';
 import { announcesBody } from '../server/front-door.ts';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
 import { DispatchedExchange } from './dispatched-exchange.ts';
@@ -40,6 +40,7 @@ import {
 import { classifyRequest } from './route-class.ts';
 import type { RouterStats } from './router-stats.ts';
 import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
+import { gatewayConnector } from './gateway-connector.ts';
 import { type ClosableTarget, createUpstreamTargets } from './upstream-targets.ts';
 import { LogBudget } from '../../lib/log-budget.ts';
 import { knownMethod } from '../../lib/http-method.ts';
@@ -97,6 +98,12 @@ export interface ProxyHandler {
 interface Target extends NodeTarget, ClosableTarget {
   /** GETs go through it (dispatched-exchange.ts). */
   readonly dispatcher: Pool;
+  /**
+   * undici's key for a request's TLS name, the same for every request to this gateway: left to it,
+   * each client's Host would be one, and a request naming another than the connection's closes it.
+   * The name checked is the connector's (gateway-connector.ts).
+   */
+  readonly servername: string;
 }
 
 /**
@@ -254,7 +261,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       // WHATWG URLs keep IPv6 brackets in `hostname`; a socket address has none.
       const hostname = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
       const dispatcher = new Pool(parsed.origin, {
-        connectTimeout: options.connectTimeoutMs,
+        // The gateway's certificate is checked against `hostname`, not the client's Host.
+        connect: gatewayConnector(hostname, options.connectTimeoutMs),
         headersTimeout: 0,
         bodyTimeout: 0,
       });
@@ -265,6 +273,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         port,
         // No undici timeouts but the connect's: silence is the idle sweep's (it also sees uploads).
         dispatcher,
+        servername: hostname,
         close: () => dispatcher.close(),
       };
     },
@@ -283,7 +292,13 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         const exchange = new DispatchedExchange({ onResponse: attempt.onResponse, onError });
         attempt.upstream = exchange;
         // The client's Host goes upstream as sent (empty when it sent none).
-        target.dispatcher.dispatch({ method: 'GET', path: req.url ?? '/', headers: upstream.headers }, exchange);
+        const dispatch: Dispatcher.DispatchOptions & { servername: string } = {
+          method: 'GET',
+          path: req.url ?? '/',
+          headers: upstream.headers,
+          servername: target.servername,
+        };
+        target.dispatcher.dispatch(dispatch, exchange);
       } else {
         // The gateway decides whether a body is wanted (auth, size, admission): the head carries
         // `Expect: 100-continue` and goes out now; the gateway's 100 is relayed, then the body flows.

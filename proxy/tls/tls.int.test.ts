@@ -1166,6 +1166,20 @@ describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
     for (const name of ['content-type', 'content-length', 'x-content-type-options', 'cache-control'])
       expect([name, viaRouter.headers.get(name)]).toEqual([name, direct.headers[name] ?? null]);
     expect(direct.headers['content-type']).toMatch(/^application\/json/);
+    // The gateway is verified as the address the router was given, whatever Host the client sent:
+    // a GET naming the router's public name (which the gateway's certificate does not hold) is
+    // served, and a client cannot choose the name the gateway's certificate is checked against.
+    for (const host of ['arkvory.example.org', 'attacker.example', 'arkvory.example.org']) {
+      const named = await new Promise<number>((resolve, reject) => {
+        http
+          .get(`${router.url}/api/v1/repositories`, { headers: { host, ...bearer(owner.key) } }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          })
+          .on('error', reject);
+      });
+      expect([host, named]).toEqual([host, 200]);
+    }
     await router.stop();
     // No CA: the gateway's certificate is not trusted, so the router never finds it healthy.
     const blind = await startGateway({ env: routerEnv({}), waitFor: 'listening' });
