@@ -246,9 +246,10 @@ export interface RequestScheme {
  * `Secure`, pre-signed links' origin, ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS): this listener's own,
  * unless the socket peer is a trusted proxy, which then says it: the last entry of its
  * `X-Forwarded-Proto` (the one it wrote itself; entries left of it come from hops further out), or,
- * when it sends none, the `proto=` of its own (the last) `Forwarded` element. A word other than
- * `http`/`https` says nothing: the listener's scheme stands. Anyone else's headers are ignored: a
- * client must not pick its own cookie's `Secure` or the scheme of the links made for it.
+ * when it sends none, the `proto=` of its own (the last) `Forwarded` element; that element's
+ * `proto=http` wins over an `https` in X-Forwarded-Proto, which may be its client's, passed on. A
+ * word other than `http`/`https` says nothing: the listener's scheme stands. Anyone else's headers
+ * are ignored: a client must not pick its own cookie's `Secure` or the scheme of the links made for it.
  */
 export function requestScheme(
   req: Pick<IncomingMessage, 'socket' | 'headers'>,
@@ -270,12 +271,17 @@ export function requestScheme(
 /**
  * What a trusted proxy says its client used: the last entry of its `X-Forwarded-Proto` (the one it
  * wrote itself), or when it sends none, the `proto=` of its own (the last) `Forwarded` element; only
- * `http` or `https`, else nothing. The gateway's `requestScheme` and the router's forwarding headers
- * both read it so.
+ * `http` or `https`, else nothing; `http` in that element wins. The gateway's `requestScheme` and
+ * the router's forwarding headers both read it so.
  */
 function schemeSaidByProxy(headers: IncomingHttpHeaders): Scheme | undefined {
+  const forwarded = lastForwardedProto(headers.forwarded);
+  // A proxy that sets one of the two passes the other on as its client wrote it (HAProxy's
+  // `option forwarded` leaves X-Forwarded-Proto, nginx leaves Forwarded): a client's `https` in the
+  // one it does not set must not unsay the proxy's `http` in the other.
+  if (forwarded === 'http') return 'http';
   const entries = (headerText(headers['x-forwarded-proto']) ?? '').split(',').filter((entry) => entry.trim() !== '');
-  return entries.length > 0 ? schemeOf(entries.at(-1)) : lastForwardedProto(headers.forwarded);
+  return entries.length > 0 ? schemeOf(entries.at(-1)) : forwarded;
 }
 
 function forwardedNode(address: string): string {

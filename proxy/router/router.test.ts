@@ -583,8 +583,18 @@ describe('requestScheme: the scheme a request arrived with', () => {
     expect(scheme('10.0.0.1', true, { 'x-forwarded-proto': ['https', 'http'] }).scheme).toBe('http');
     // Empty list elements are no entries (RFC 9110, section 5.6.1).
     expect(scheme('10.0.0.1', false, { 'x-forwarded-proto': 'https, ' }).scheme).toBe('https');
-    // X-Forwarded-Proto wins over Forwarded.
+    // X-Forwarded-Proto wins over Forwarded, unless Forwarded says http: a proxy that sets one
+    // passes the other on as its client wrote it, and a client must not unsay its proxy's `http`.
     expect(scheme('10.0.0.1', false, { 'x-forwarded-proto': 'http', forwarded: 'proto=https' }).scheme).toBe('http');
+    expect(scheme('10.0.0.1', true, { 'x-forwarded-proto': 'https', forwarded: 'for=192.0.2.7;proto=http' })).toEqual({
+      scheme: 'http',
+      fromProxy: true,
+    });
+    expect(scheme('10.0.0.1', true, { 'x-forwarded-proto': 'wss', forwarded: 'proto=http' }).scheme).toBe('http');
+    // Only its own (last) Forwarded element: an `http` further left is its client's word.
+    expect(
+      scheme('10.0.0.1', false, { 'x-forwarded-proto': 'https', forwarded: 'proto=http, proto=https' }).scheme,
+    ).toBe('https');
   });
 
   it('behind a trusted proxy that sends no X-Forwarded-Proto: the proto= of its own (the last) Forwarded element', () => {

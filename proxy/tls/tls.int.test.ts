@@ -1092,6 +1092,12 @@ describe('the scheme a request arrived with, over plain HTTP: one rule for the c
     // Only the proxy's own element counts: one further left is what its client wrote.
     expect((await list({ forwarded: 'for=192.0.2.1;proto=https, for=192.0.2.7;proto=http' })).status).toBe(403);
     expect((await list({ forwarded: 'for=192.0.2.1;proto=http, for=192.0.2.7;proto=https' })).status).toBe(200);
+    // A proxy that sets Forwarded passes X-Forwarded-Proto on as its client wrote it (HAProxy does):
+    // the client's `https` there does not unsay the proxy's own `http`.
+    for (const xfp of ['https', 'http, https']) {
+      const claimed = await list({ forwarded: 'for=192.0.2.7;proto=http', 'x-forwarded-proto': xfp });
+      expect([xfp, claimed.status]).toEqual([xfp, 403]);
+    }
     const { cookie, url } = await cookieAndLink('127.0.0.1', base, target, admin.key, {
       forwarded: 'for=192.0.2.7;proto=https',
     });
