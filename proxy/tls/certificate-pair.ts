@@ -21,6 +21,18 @@ export type PairCheck =
 
 const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
+/**
+ * extendedKeyUsage values a TLS client takes a server certificate with: serverAuth, Netscape's and
+ * Microsoft's server-gated crypto (OpenSSL still counts both as serverAuth) and anyExtendedKeyUsage
+ * (taken by Go, browsers and Java). A certificate listing none of them is refused by every client.
+ */
+const SERVER_PURPOSES = new Set([
+  '1.3.6.1.5.5.7.3.1',
+  '2.16.840.1.113730.4.1',
+  '1.3.6.1.4.1.311.10.3.3',
+  '2.5.29.37.0',
+]);
+
 /** Every certificate in a PEM chain, in file order (leaf first by convention). */
 export function splitPemChain(pem: string): string[] {
   return pem.match(PEM_CERTIFICATE) ?? [];
@@ -43,6 +55,14 @@ export function checkCertificatePair(certPem: string | Buffer, keyPem: string | 
     return { ok: false, reason: `the key file holds no usable PEM private key (${(err as Error).message})` };
   }
   if (!matches) return { ok: false, reason: 'the private key does not match the certificate' };
+  // A client certificate deployed in its place (same CA, same names) passes every other check here.
+  // Node names the extendedKeyUsage list `keyUsage`; undefined when the certificate has none (any use).
+  const purposes = leaf.keyUsage as readonly string[] | undefined;
+  if (purposes !== undefined && !purposes.some((oid) => SERVER_PURPOSES.has(oid)))
+    return {
+      ok: false,
+      reason: `the certificate is not for TLS servers: its extendedKeyUsage (${purposes.join(', ')}) lacks serverAuth (1.3.6.1.5.5.7.3.1), so clients refuse it`,
+    };
   const notBeforeMs = Date.parse(leaf.validFrom);
   const notAfterMs = Date.parse(leaf.validTo);
   if (notAfterMs <= nowMs)

@@ -459,6 +459,24 @@ describe('certificate reload', () => {
     const failure = gw.logLines().find((l) => l.code === 'tls_reload_failed');
     expect(failure?.reason).toMatch(/the key file holds no usable PEM private key/);
 
+    // A valid pair made for TLS clients (extendedKeyUsage clientAuth, the wrong file deployed): every
+    // client would refuse it in the handshake, so it is not served either.
+    const clientPair = await issueCertificate(ca, dir, 'client-usage', {
+      sans: ['DNS:localhost', 'IP:127.0.0.1'],
+      usage: 'client',
+    });
+    await replaceFileAtomically(keyFile, clientPair.keyPem);
+    await replaceFileAtomically(certFile, clientPair.certPem);
+    await waitUntil(
+      async () => gw.logLines().some((l) => l.code === 'tls_reload_failed' && /serverAuth/.test(String(l.reason))),
+      {
+        what: 'the reload of a client certificate to be refused',
+        timeoutMs: 5000,
+        intervalMs: 100,
+      },
+    );
+    expect(await serialNow()).toBe(second.serial);
+
     // SIGHUP with a good pair: served at once.
     const third = await issueServerCertificate(ca, dir, 'third');
     await writeFile(certFile, third.certPem);
