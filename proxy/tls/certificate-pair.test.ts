@@ -39,5 +39,21 @@ describe('splitPemChain', () => {
     ['no pem here', []],
     [`${block('AAA')}\n${block('BBB')}\n`, [block('AAA'), block('BBB')]],
     [`junk\n${block('AAA')}\ntrailing`, [block('AAA')]],
+    // A block runs to the first END after its BEGIN; a BEGIN with no END after it is no block.
+    [`-----BEGIN CERTIFICATE-----\nAAA\n${block('BBB')}`, [`-----BEGIN CERTIFICATE-----\nAAA\n${block('BBB')}`]],
+    [`${block('AAA')}\n-----BEGIN CERTIFICATE-----\nBBB\n`, [block('AAA')]],
+    ['-----BEGIN CERTIFICATE----------END CERTIFICATE-----', []],
+    [
+      `-----BEGIN CERTIFICATE----------END CERTIFICATE-----x${block('A')}`,
+      [`-----BEGIN CERTIFICATE----------END CERTIFICATE-----x${block('A')}`],
+    ],
   ])('%j', (pem, expected) => expect(splitPemChain(pem)).toEqual(expected));
+
+  it('reads 2 MB of BEGIN lines with no END in linear time (a reload runs on the event loop)', () => {
+    // The lazy regex it replaced scanned to the end of the text from every BEGIN: about 40 s here.
+    const garbage = '-----BEGIN CERTIFICATE-----\nAAAA\n'.repeat(64_000);
+    const started = performance.now();
+    expect(splitPemChain(`${block('AAA')}\n${garbage}`)).toEqual([block('AAA')]);
+    expect(performance.now() - started).toBeLessThan(2000);
+  });
 });

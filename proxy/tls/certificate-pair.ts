@@ -19,7 +19,8 @@ export type PairCheck =
   | { readonly ok: true; readonly certificate: ServedCertificate }
   | { readonly ok: false; readonly reason: string };
 
-const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+const BEGIN = '-----BEGIN CERTIFICATE-----';
+const END = '-----END CERTIFICATE-----';
 
 /**
  * extendedKeyUsage values a TLS client takes a server certificate with: serverAuth, Netscape's and
@@ -35,7 +36,19 @@ const SERVER_PURPOSES = new Set([
 
 /** Every certificate in a PEM chain, in file order (leaf first by convention). */
 export function splitPemChain(pem: string): string[] {
-  return pem.match(PEM_CERTIFICATE) ?? [];
+  // One pass: a lazy regex from each BEGIN to its END scanned the rest of the text again from every
+  // BEGIN that has none, seconds of a blocked event loop for a garbage file of a few hundred KB.
+  const blocks: string[] = [];
+  let from = 0;
+  for (;;) {
+    const begin = pem.indexOf(BEGIN, from);
+    if (begin < 0) return blocks;
+    // At least one character between the markers, as PEM has its base64 there.
+    const end = pem.indexOf(END, begin + BEGIN.length + 1);
+    if (end < 0) return blocks;
+    from = end + END.length;
+    blocks.push(pem.slice(begin, from));
+  }
 }
 
 /** Parses the chain, matches the key to the leaf and checks the leaf's validity at `nowMs`. */
