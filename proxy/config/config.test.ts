@@ -101,6 +101,35 @@ describe('loadConfig', () => {
   });
 
   it.each([
+    // node-postgres takes a parameter's last value; the check took the first.
+    ['sslmode=verify-full&sslmode=no-verify', 'sslmode=no-verify does not verify'],
+    [
+      'sslmode=require&uselibpqcompat=false&uselibpqcompat=true',
+      'sslmode=require with uselibpqcompat=true does not verify',
+    ],
+    // node-postgres reads `ssl=no-verify` as sslmode=no-verify.
+    ['ssl=no-verify', 'ssl=no-verify does not verify'],
+  ])(
+    'ARKVORY_DATABASE_URL with %s: refused (every spelling node-postgres reads as "believe any certificate")',
+    (query, refusal) => {
+      const problems = problemsOf({ ARKVORY_DATABASE_URL: `postgres://arkvory:hunter2@db/arkvory?${query}` });
+      expect(problems).toEqual([expect.stringContaining(`ARKVORY_DATABASE_URL: ${refusal}`)]);
+      expect(problems.join('\n')).not.toContain('hunter2');
+    },
+  );
+
+  it('PGSSLMODE=no-verify, which node-postgres reads when the URL sets no TLS parameter, is refused', () => {
+    expect(problemsOf({ ARKVORY_DATABASE_URL: 'postgres://arkvory@db/arkvory', PGSSLMODE: 'no-verify' })).toEqual([
+      expect.stringContaining("PGSSLMODE: no-verify does not verify the server's certificate"),
+    ]);
+    expect(problemsOf({ ARKVORY_DATABASE_URL: 'postgres://arkvory@db/arkvory', PGSSLMODE: 'verify-full' })).toEqual([]);
+    // The URL's own sslmode is what node-postgres reads then.
+    expect(
+      problemsOf({ ARKVORY_DATABASE_URL: 'postgres://arkvory@db/arkvory?sslmode=verify-full', PGSSLMODE: 'no-verify' }),
+    ).toEqual([]);
+  });
+
+  it.each([
     ['require_auth=scram-sha-256', undefined],
     ['require_auth=!password,!md5', undefined],
     ['require_auth=scram', 'require_auth names an unknown method'],

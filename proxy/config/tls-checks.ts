@@ -70,16 +70,20 @@ function checkHsts(v: VariableValues, tls: boolean): string | undefined {
 
 /**
  * Refuses an `ARKVORY_DATABASE_URL` whose TLS settings turn certificate verification off:
- * node-postgres reads `sslmode=no-verify` (and, with `uselibpqcompat=true`, libpq's `require`,
- * `prefer` and `verify-ca`) as "encrypt, but believe any certificate", which no Arkvory setting
- * may do (docs/tls.md). `verify-full`, or `sslrootcert=` naming a private CA, verifies.
+ * node-postgres reads `sslmode=no-verify`, `ssl=no-verify`, PGSSLMODE=no-verify (and, with
+ * `uselibpqcompat=true`, libpq's `require`, `prefer` and `verify-ca`) as "encrypt, but believe any
+ * certificate", which no Arkvory setting may do (docs/tls.md). `verify-full`, or `sslrootcert=`
+ * naming a private CA, verifies.
  */
 export function checkDatabaseTls(v: VariableValues): void {
   if (v.failed.has('ARKVORY_DATABASE_URL')) return;
   const url = v.optStr('ARKVORY_DATABASE_URL');
   if (url === undefined) return;
-  const problem = unverifiedDatabaseTls(new URL(url).searchParams);
+  const params = new URL(url).searchParams;
+  const problem = unverifiedDatabaseTls(params);
   if (problem) v.problems.push(`ARKVORY_DATABASE_URL: ${problem}`);
+  const fromEnvironment = unverifiedEnvironmentTls(params, v.env.PGSSLMODE);
+  if (fromEnvironment) v.problems.push(fromEnvironment);
   try {
     requirementOf(url);
   } catch (err) {
@@ -87,11 +91,33 @@ export function checkDatabaseTls(v: VariableValues): void {
   }
 }
 
-/** Why these connection-URL parameters leave the server's certificate unverified, or undefined. Pure. */
+const VERIFY_INSTEAD =
+  'use sslmode=verify-full (with the CA in ARKVORY_TLS_CA_FILE or sslrootcert=), or sslmode=disable for a connection in clear';
+
+/**
+ * Why these connection-URL parameters leave the server's certificate unverified, or undefined. Pure.
+ * node-postgres takes a parameter's last value: every value is judged, so no URL passes here that
+ * node-postgres reads otherwise.
+ */
 export function unverifiedDatabaseTls(params: URLSearchParams): string | undefined {
-  const mode = params.get('sslmode');
-  const libpq = params.get('uselibpqcompat') === 'true';
-  if (mode === 'no-verify' || (libpq && mode !== null && ['require', 'prefer', 'verify-ca'].includes(mode)))
-    return `sslmode=${mode}${libpq ? ' with uselibpqcompat=true' : ''} does not verify the server's certificate; use sslmode=verify-full (with the CA in ARKVORY_TLS_CA_FILE or sslrootcert=), or sslmode=disable for a connection in clear`;
+  const libpq = params.getAll('uselibpqcompat').includes('true');
+  const mode = params
+    .getAll('sslmode')
+    .find((m) => m === 'no-verify' || (libpq && ['require', 'prefer', 'verify-ca'].includes(m)));
+  if (mode !== undefined)
+    return `sslmode=${mode}${libpq ? ' with uselibpqcompat=true' : ''} does not verify the server's certificate; ${VERIFY_INSTEAD}`;
+  // node-postgres reads `ssl=no-verify` as that sslmode.
+  if (params.getAll('ssl').includes('no-verify'))
+    return `ssl=no-verify does not verify the server's certificate; ${VERIFY_INSTEAD}`;
   return undefined;
+}
+
+/**
+ * PGSSLMODE=no-verify in the environment, which node-postgres reads when the URL names no `sslmode`
+ * or `ssl` (its other TLS parameters may decide first; refused all the same). Pure.
+ */
+export function unverifiedEnvironmentTls(params: URLSearchParams, pgSslMode: string | undefined): string | undefined {
+  if (pgSslMode !== 'no-verify') return undefined;
+  if (['sslmode', 'ssl'].some((name) => params.getAll(name).some((value) => value !== ''))) return undefined;
+  return "PGSSLMODE: no-verify does not verify the server's certificate of ARKVORY_DATABASE_URL, which sets no sslmode; unset it, or put sslmode=verify-full (or sslmode=disable for a connection in clear) in the URL";
 }
