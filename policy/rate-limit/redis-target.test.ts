@@ -1,3 +1,4 @@
+import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../proxy/config/config.ts';
 import { parseRedisTarget, redactRedisTarget, ruleDocumentsPrefix } from './redis-target.ts';
@@ -8,6 +9,25 @@ describe('ARKVORY_REDIS_URL: one server or Redis Cluster seeds', () => {
       ok: true,
       target: { kind: 'single', url: 'redis://:pw@redis.internal:6379/2' },
     });
+  });
+
+  it('a rediss:// URL reaches the client as TLS however its scheme is written; no query turns TLS off', () => {
+    // ioredis turns TLS on only for a URL starting with `rediss://` in lower case, and reads the
+    // query as its options: `REDISS://` or `?tls=` connected in clear, the password sent in it.
+    for (const url of ['REDISS://:pw@redis.internal:6380/1', 'Rediss://redis.internal:6380']) {
+      const parsed = parseRedisTarget(url);
+      if (!parsed.ok || parsed.target.kind !== 'single') throw new Error(`not one server: ${JSON.stringify(parsed)}`);
+      const client = new Redis(parsed.target.url, { lazyConnect: true });
+      expect([url, Boolean(client.options.tls), client.options.host, client.options.db]).toEqual([
+        url,
+        true,
+        'redis.internal',
+        url.endsWith('/1') ? 1 : 0,
+      ]);
+      client.disconnect();
+    }
+    for (const url of ['rediss://redis.internal:6380/?tls=', 'rediss://redis.internal:6380/?tls=false&db=1'])
+      expect(parseRedisTarget(url)).toMatchObject({ ok: false, problem: expect.stringContaining('tls=') });
   });
 
   it('reads two or more comma-separated URLs as cluster seeds with one set of credentials', () => {

@@ -40,7 +40,18 @@ export function parseRedisTarget(raw: string): ParsedRedisTarget {
       };
     urls.push(url);
   }
-  if (urls.length === 1) return { ok: true, target: { kind: 'single', url: raw.trim() } };
+  if (urls.length === 1) {
+    const url = urls[0]!;
+    // ioredis reads the query as its options, and a `tls` there replaces rediss://'s TLS (`tls=`: none).
+    if (url.protocol === 'rediss:' && url.searchParams.has('tls'))
+      return {
+        ok: false,
+        problem: 'a rediss:// URL with a tls= query parameter; remove it (rediss:// is TLS, verified)',
+      };
+    // The URL as parsed: ioredis turns TLS on only for one that starts with `rediss://` in lower case,
+    // so `REDISS://` went in clear. WHATWG serialisation lower-cases the scheme and nothing else that counts.
+    return { ok: true, target: { kind: 'single', url: url.href } };
+  }
   const first = urls[0]!;
   for (const [i, url] of urls.entries()) {
     if (url.protocol !== first.protocol || url.username !== first.username || url.password !== first.password) {
