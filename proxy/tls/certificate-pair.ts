@@ -95,6 +95,15 @@ export function checkCertificatePair(certPem: string | Buffer, keyPem: string | 
 }
 
 /**
+ * Why a private key file of `mode` (its stat) is exposed: readable by every account of the host,
+ * so any local process or user can take the key and pose as this listener. Undefined when not.
+ */
+export function keyFileExposure(mode: number): string | undefined {
+  if ((mode & 0o004) === 0) return undefined;
+  return `readable by every account of this host (mode ${(mode & 0o777).toString(8).padStart(4, '0')})`;
+}
+
+/**
  * One part of what a listener serves, read again: the certificate and key together, or the client
  * CA bundle. `same` when its files hold the bytes served now (a `touch`, an event for another file).
  */

@@ -6,7 +6,7 @@
  * a verdict made against a CA taken out of trust.
  */
 import { X509Certificate } from 'node:crypto';
-import { copyFile, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -298,5 +298,30 @@ describe('ServedTls reload', () => {
     const caEnd = Date.parse(new X509Certificate(shortCa.certPem).validTo);
     expect(caEnd).toBeLessThan(Date.parse(new X509Certificate(client.certPem).validTo));
     expect(peer).toMatchObject({ kind: 'verified', notAfterMs: caEnd });
+  });
+});
+
+describe('the key file readable by every account', () => {
+  const warnings = (l: Listening) => l.lines.filter((line) => line.code === 'tls_key_readable');
+
+  it('is served with one warning naming the file and its mode, at start and when a reload swaps the pair in', async () => {
+    await chmod(keyFile, 0o644);
+    const l = await started();
+    expect(warnings(l)).toEqual([expect.objectContaining({ level: 40, file: keyFile, mode: '0644' })]);
+    expect(String(warnings(l)[0]!.msg)).toContain('give it mode 0600');
+    const second = await issueServerCertificate(ca, dir, 'second-exposed');
+    await writeFile(certFile, second.certPem);
+    await writeFile(keyFile, second.keyPem);
+    await chmod(keyFile, 0o604);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(warnings(l).map((w) => w.mode)).toEqual(['0644', '0604']);
+  });
+
+  it('says nothing for 0600 and 0640', async () => {
+    for (const mode of [0o600, 0o640]) {
+      await chmod(keyFile, mode);
+      const l = await started();
+      expect(warnings(l)).toEqual([]);
+    }
   });
 });

@@ -22,6 +22,7 @@ import { StartupError } from '../server/startup-failure.ts';
 import {
   checkCertificatePair,
   decideReload,
+  keyFileExposure,
   type PairCheck,
   type PartCheck,
   type ServedCertificate,
@@ -140,6 +141,7 @@ export class ServedTls {
     if (caProblem) throw new StartupError(`TLS: ${caProblem}`);
     const served = new ServedTls(config, options, { ...read.pair, clientCa: read.clientCa }, pair.certificate);
     await served.#trigger.markRead();
+    await served.#warnIfKeyExposed();
     return served;
   }
 
@@ -283,12 +285,33 @@ export class ServedTls {
       },
       decision.certificate ? 'TLS certificate reloaded' : 'TLS client CA reloaded',
     );
+    if (decision.certificate) await this.#warnIfKeyExposed();
     if (decision.failures.length > 0) this.#reportFailure(trigger, decision.failures, failed);
     else {
       this.#reported = undefined;
       this.#lastError = undefined;
     }
     return 'swapped';
+  }
+
+  /**
+   * A warning when the key file is readable by every account (served all the same: a Kubernetes
+   * secret is 0644 unless its volume says otherwise, and refusing would take the listener down).
+   */
+  async #warnIfKeyExposed(): Promise<void> {
+    const file = this.#config.keyFile;
+    let mode: number;
+    try {
+      mode = (await stat(file)).mode;
+    } catch {
+      return;
+    }
+    const exposure = keyFileExposure(mode);
+    if (exposure === undefined) return;
+    this.#options.log.warn(
+      { code: 'tls_key_readable', file, mode: (mode & 0o777).toString(8).padStart(4, '0') },
+      `ARKVORY_TLS_KEY_FILE ${file} is ${exposure}: give it mode 0600, or 0640 with the group of this process's account (a Kubernetes secret volume: defaultMode 0440 and the pod's fsGroup)`,
+    );
   }
 
   /** One error line and one count per broken state of the files; the same state again is not news. */
