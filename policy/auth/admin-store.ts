@@ -117,6 +117,24 @@ export interface GrantRow {
   permission: Permission;
 }
 
+/** A principal as the console's access view shows it (`accessView`). */
+export interface AccessPrincipal extends PrincipalRow {
+  /** Its first `ACCESS_KEYS_SHOWN` keys, oldest first (as `listKeys`). */
+  keys: KeyRow[];
+  /** Where `listKeys` (GET …/principals/{principal}/keys) continues past `keys`; null when they are all. */
+  keysNextCursor: string | null;
+  /** Its first `ACCESS_GRANTS_SHOWN` grants, by repository. */
+  grants: Array<{ repository: string; permission: Permission }>;
+  /** Where `listGrants` (GET …/grants?principal=) continues past `grants`; null when they are all. */
+  grantsNextCursor: string | null;
+}
+
+/** The keys and the grants each principal of the access view holds (one default page of each). */
+export const ACCESS_KEYS_SHOWN = PAGE_DEFAULT_LIMIT;
+export const ACCESS_GRANTS_SHOWN = PAGE_DEFAULT_LIMIT;
+/** The repositories the access view holds (one largest page): the rest, or those by a prefix, are read by `listRepositories`. */
+export const ACCESS_REPOSITORIES_SHOWN = PAGE_MAX_LIMIT;
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const PRINCIPAL_NAME = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/;
 const REPOSITORY_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
@@ -136,6 +154,20 @@ export function checkRepositoryName(name: unknown): string {
   if (typeof name !== 'string' || !REPOSITORY_NAME.test(name))
     throw new PolicyError('invalid_request', 'repository name must match ^[a-z0-9][a-z0-9._-]{0,63}$');
   return name;
+}
+
+/**
+ * A repository listing's `prefix` as asked for: undefined (or empty) for none, else the start of a
+ * repository name (at most 64 of its characters); anything else is `invalid_request`.
+ */
+export function checkRepositoryPrefix(prefix: unknown): string | undefined {
+  if (prefix === undefined || prefix === null || prefix === '') return undefined;
+  if (typeof prefix !== 'string' || !/^[a-z0-9][a-z0-9._-]{0,63}$/.test(prefix))
+    throw new PolicyError(
+      'invalid_request',
+      'prefix must be the start of a repository name: ^[a-z0-9][a-z0-9._-]{0,63}$',
+    );
+  return prefix;
 }
 
 /** A group's name, checked without the database. */
@@ -268,13 +300,16 @@ export class AdminStore {
   }
 
   /**
-   * The console's access view: one page of principals, each with every key (never a secret) and
-   * grant, and the first PAGE_MAX_LIMIT repositories, in one statement (it used to be one query per
-   * principal: 1.0 s at 2,000 principals).
+   * The console's access view: one page of principals, each with its first `ACCESS_KEYS_SHOWN` keys
+   * (never a secret) and first `ACCESS_GRANTS_SHOWN` grants, and the first `ACCESS_REPOSITORIES_SHOWN`
+   * repositories, in one statement (it used to be one query per principal: 1.0 s at 2,000
+   * principals). Each bounded list carries the cursor of the admin listing that continues it
+   * (`listKeys`, `listGrants`, `listRepositories`): a principal with thousands of keys or grants made
+   * the page unbounded, and repositories past the first 1000 could not be reached at all.
    */
   async accessView(page: PageRequest = {}): Promise<{
-    principals: Page<PrincipalRow & { keys: KeyRow[]; grants: Array<{ repository: string; permission: Permission }> }>;
-    repositories: Array<{ name: string; createdAt: string }>;
+    principals: Page<AccessPrincipal>;
+    repositories: Page<{ name: string; createdAt: string }>;
   }> {
     const limit = pageLimit(page.limit);
     const after = decodeCursor(page.cursor, CURSORS.access);
@@ -289,13 +324,16 @@ export class AdminStore {
          (SELECT json_agg(json_build_object(
             'principal', to_jsonb(p),
             'keys', COALESCE((SELECT json_agg(to_jsonb(k) - 'secret_sha256' ORDER BY k.created_at, k.key_id)
-                              FROM arkvory_api_keys k WHERE k.principal_id = p.id), '[]'::json),
+                              FROM (SELECT *, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us
+                                      FROM arkvory_api_keys WHERE principal_id = p.id
+                                     ORDER BY created_at, key_id LIMIT $4) k), '[]'::json),
             'grants', COALESCE((SELECT json_agg(json_build_object('repository', g.repository, 'permission', g.permission) ORDER BY g.repository)
-                                FROM arkvory_grants g WHERE g.principal_id = p.id), '[]'::json)
+                                FROM (SELECT repository, permission FROM arkvory_grants WHERE principal_id = p.id
+                                       ORDER BY repository LIMIT $5) g), '[]'::json)
           ) ORDER BY p.name) FROM page p) AS principals,
          (SELECT json_agg(to_jsonb(x) ORDER BY x.name)
             FROM (SELECT name, created_at FROM arkvory_repositories ORDER BY name LIMIT $3) x) AS repositories`,
-      [after?.[0] ?? null, limit + 1, PAGE_MAX_LIMIT],
+      [after?.[0] ?? null, limit + 1, ACCESS_REPOSITORIES_SHOWN + 1, ACCESS_KEYS_SHOWN + 1, ACCESS_GRANTS_SHOWN + 1],
     );
     const row = r.rows[0]!;
     const dated = (o: Record<string, unknown>, ...fields: string[]) => {
@@ -303,19 +341,33 @@ export class AdminStore {
       for (const f of fields) if (typeof out[f] === 'string') out[f] = new Date(out[f] as string);
       return out;
     };
-    const principals = (row.principals ?? []).map((entry) => ({
-      ...toPrincipal(dated(entry.principal as Record<string, unknown>, 'created_at')),
-      keys: (entry.keys as Array<Record<string, unknown>>).map((k) =>
-        toKey(dated(k, 'created_at', 'expires_at', 'revoked_at', 'last_used_at')),
-      ),
-      grants: entry.grants as Array<{ repository: string; permission: Permission }>,
+    const principals = (row.principals ?? []).map((entry): AccessPrincipal => {
+      const principal = toPrincipal(dated(entry.principal as Record<string, unknown>, 'created_at'));
+      const keys = pageOf(entry.keys as Array<Record<string, unknown>>, ACCESS_KEYS_SHOWN, CURSORS.keys, (k) => [
+        k.created_us as string,
+        k.key_id as string,
+      ]);
+      const grants = pageOf(
+        entry.grants as Array<{ repository: string; permission: Permission }>,
+        ACCESS_GRANTS_SHOWN,
+        CURSORS.grants,
+        (g) => [principal.name, g.repository],
+      );
+      return {
+        ...principal,
+        keys: keys.items.map((k) => toKey(dated(k, 'created_at', 'expires_at', 'revoked_at', 'last_used_at'))),
+        keysNextCursor: keys.nextCursor,
+        grants: grants.items,
+        grantsNextCursor: grants.nextCursor,
+      };
+    });
+    const repositories = (row.repositories ?? []).map((x) => ({
+      name: x.name as string,
+      createdAt: new Date(x.created_at as string).toISOString(),
     }));
     return {
       principals: pageOf(principals, limit, CURSORS.access, (p) => [p.name]),
-      repositories: (row.repositories ?? []).map((x) => ({
-        name: x.name as string,
-        createdAt: new Date(x.created_at as string).toISOString(),
-      })),
+      repositories: pageOf(repositories, ACCESS_REPOSITORIES_SHOWN, CURSORS.repositories, (x) => [x.name]),
     };
   }
 
@@ -490,13 +542,20 @@ export class AdminStore {
     }
   }
 
-  /** One page of repositories, by name. */
-  async listRepositories(page: PageRequest = {}): Promise<Page<{ name: string; createdAt: string }>> {
+  /**
+   * One page of repositories, by name; with `prefix`, only those whose name starts with it (the
+   * console's repository picker: an operator with thousands of repositories types the start of one
+   * rather than paging to it). A prefix is checked like a name's start, so nothing else reaches SQL.
+   */
+  async listRepositories(page: PageRequest = {}, prefix?: unknown): Promise<Page<{ name: string; createdAt: string }>> {
     const limit = pageLimit(page.limit);
     const after = decodeCursor(page.cursor, CURSORS.repositories);
+    const start = checkRepositoryPrefix(prefix);
     const r = await this.#pool.query(
-      'SELECT * FROM arkvory_repositories WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2',
-      [after?.[0] ?? null, limit + 1],
+      `SELECT * FROM arkvory_repositories
+        WHERE ($1::text IS NULL OR name > $1) AND ($3::text IS NULL OR starts_with(name, $3))
+        ORDER BY name LIMIT $2`,
+      [after?.[0] ?? null, limit + 1, start ?? null],
     );
     return pageOf(
       r.rows.map((row) => ({ name: row.name as string, createdAt: (row.created_at as Date).toISOString() })),

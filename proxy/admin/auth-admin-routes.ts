@@ -191,7 +191,7 @@ export function authAdminRoutes(services: Services): Route[] {
       'key.rotate',
     ),
     admin(['GET'], '/repositories', async ({ res, url }) => {
-      const page = await store.listRepositories(pageQuery(url));
+      const page = await store.listRepositories(pageQuery(url), url.searchParams.get('prefix') ?? undefined);
       sendJson(res, 200, { repositories: page.items, nextCursor: page.nextCursor });
     }),
     admin(

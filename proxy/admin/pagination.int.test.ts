@@ -5,7 +5,12 @@
  * PostgreSQL.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { AdminStore } from '../../policy/auth/admin-store.ts';
+import {
+  ACCESS_GRANTS_SHOWN,
+  ACCESS_KEYS_SHOWN,
+  ACCESS_REPOSITORIES_SHOWN,
+  AdminStore,
+} from '../../policy/auth/admin-store.ts';
 import { CURSORS, encodeCursor, PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT } from '../../policy/auth/page.ts';
 import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -449,6 +454,108 @@ describe("the console's access view", () => {
     });
   });
 
+  it("bounds each principal's keys and grants and the repositories; the admin listings continue them under /console/api; a forged cursor is 400", async () => {
+    // 130 keys and 130 grants for one principal, past the 100 of each it shows; 1,100 repositories
+    // more, past the 1000 it shows.
+    const heavy = await new AdminStore(db.pool).createPrincipal('aab-heavy');
+    await db.pool.query(
+      `INSERT INTO arkvory_repositories (name) SELECT 'many-' || lpad(i::text, 4, '0') FROM generate_series(1, 1100) i`,
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes, created_at)
+         SELECT 'k' || lpad(i::text, 15, '0'), $1, sha256(i::text::bytea), '{read}', now() + i * interval '1 millisecond'
+           FROM generate_series(1, 130) i`,
+      [heavy.id],
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_grants (principal_id, repository, permission)
+         SELECT $1, 'many-' || lpad(i::text, 4, '0'), 'write' FROM generate_series(1, 130) i`,
+      [heavy.id],
+    );
+    const column = async (sql: string, params: unknown[] = []) =>
+      (await db.pool.query<{ v: string }>(sql, params)).rows.map((r) => r.v);
+    try {
+      const keyIds = await column(
+        'SELECT key_id AS v FROM arkvory_api_keys WHERE principal_id = $1 ORDER BY created_at, key_id',
+        [heavy.id],
+      );
+      const granted = await column(
+        'SELECT repository AS v FROM arkvory_grants WHERE principal_id = $1 ORDER BY repository',
+        [heavy.id],
+      );
+      const repositories = await column('SELECT name AS v FROM arkvory_repositories ORDER BY name');
+      expect([keyIds.length, granted.length, repositories.length]).toEqual([130, 130, 1106]);
+      const cookie = await consoleCookie();
+      const view = await getJson('/console/api/access?limit=2', cookie);
+      expect(view.status).toBe(200);
+      const [first, row] = view.body.principals as Array<Record<string, unknown>>;
+      expect(first).toMatchObject({ name: 'aaa-admin', keysNextCursor: null, grantsNextCursor: null });
+      expect(row!.name).toBe('aab-heavy');
+      expect((row!.keys as Array<{ keyId: string }>).map((k) => k.keyId)).toEqual(keyIds.slice(0, ACCESS_KEYS_SHOWN));
+      expect((row!.grants as Array<{ repository: string }>).map((g) => g.repository)).toEqual(
+        granted.slice(0, ACCESS_GRANTS_SHOWN),
+      );
+      expect((view.body.repositories as Array<{ name: string }>).map((r) => r.name)).toEqual(
+        repositories.slice(0, ACCESS_REPOSITORIES_SHOWN),
+      );
+      // Each cursor continues the admin API's own listing, served read-only under /console/api.
+      const keys = await walk(
+        `/console/api/principals/aab-heavy/keys?cursor=${encodeURIComponent(row!.keysNextCursor as string)}`,
+        'keys',
+        cookie,
+      );
+      expect(keys.items.map((k) => k.keyId)).toEqual(keyIds.slice(ACCESS_KEYS_SHOWN));
+      expect(JSON.stringify(keys.items)).not.toContain('secret');
+      const grants = await walk(
+        `/console/api/grants?principal=aab-heavy&cursor=${encodeURIComponent(row!.grantsNextCursor as string)}`,
+        'grants',
+        cookie,
+      );
+      expect(grants.items.map((g) => g.repository)).toEqual(granted.slice(ACCESS_GRANTS_SHOWN));
+      const more = await walk(
+        `/console/api/repositories?cursor=${encodeURIComponent(view.body.repositoriesNextCursor as string)}`,
+        'repositories',
+        cookie,
+      );
+      expect(more.items.map((r) => r.name)).toEqual(repositories.slice(ACCESS_REPOSITORIES_SHOWN));
+      // A prefix picks the repositories starting with it, paged the same way (admin API and console).
+      const many10 = repositories.filter((r) => r.startsWith('many-10'));
+      expect(many10).toHaveLength(100);
+      for (const path of ['/api/v1/admin/repositories', '/console/api/repositories']) {
+        const found = await walk(
+          `${path}?prefix=many-10&limit=40`,
+          'repositories',
+          path.startsWith('/console') ? cookie : undefined,
+        );
+        expect([found.largest, found.pages]).toEqual([40, 3]);
+        expect(found.items.map((r) => r.name)).toEqual(many10);
+      }
+      expect((await getJson('/console/api/repositories?prefix=zzz', cookie)).body).toEqual({
+        repositories: [],
+        nextCursor: null,
+      });
+      for (const path of [
+        '/console/api/access?cursor=forged!',
+        '/console/api/principals/aab-heavy/keys?cursor=forged!',
+        `/console/api/principals/aab-heavy/keys?cursor=${encodeCursor(CURSORS.keys, ['1x', 'k'])}`,
+        '/console/api/grants?principal=aab-heavy&cursor=forged!',
+        `/console/api/grants?principal=aab-heavy&cursor=${row!.keysNextCursor as string}`,
+        '/console/api/repositories?cursor=forged!',
+        `/console/api/repositories?cursor=${encodeCursor(CURSORS.access, ['aab-heavy'])}`,
+        '/console/api/repositories?prefix=Many',
+        '/console/api/repositories?prefix=many%00',
+        '/console/api/repositories?limit=0',
+      ]) {
+        const res = await getJson(path, cookie);
+        expect([res.status, res.body.code], path).toEqual([400, 'invalid_request']);
+      }
+      expect((await getJson('/api/v1/admin/repositories?prefix=-x')).status).toBe(400);
+    } finally {
+      await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [heavy.id]);
+      await db.pool.query(`DELETE FROM arkvory_repositories WHERE name LIKE 'many-%'`);
+    }
+  });
+
   it('costs one query per page, however many principals it shows', async () => {
     let queries = 0;
     const counting = openPool(db.url, 2);
@@ -461,7 +568,7 @@ describe("the console's access view", () => {
       const store = new AdminStore(counting);
       const first = await store.accessView({ limit: PAGE_MAX_LIMIT });
       expect(first.principals.items).toHaveLength(PAGE_MAX_LIMIT);
-      expect(first.repositories.map((r) => r.name)).toContain('paged');
+      expect(first.repositories.items.map((r) => r.name)).toContain('paged');
       expect(queries).toBe(1);
       const second = await store.accessView({ limit: PAGE_MAX_LIMIT, cursor: first.principals.nextCursor });
       expect(queries).toBe(2);

@@ -1,5 +1,6 @@
 /**
- * The console's access view (a page of principals with their keys and grants, repositories), its
+ * The console's access view (a page of principals with their first keys and grants, the first
+ * repositories, and the listings that continue them), its
  * ceilings view (a page of groups with their first members, a page of repository ceilings, and the
  * listings that continue them) and their changes, which are the admin API's own handlers served
  * under `/console/api/`.
@@ -23,15 +24,20 @@ export function accessRoutes(services: Services): Route[] {
     return { ...api([method], path.slice(1), source.handle), audit: source.audit ?? null };
   };
   return [
-    // One statement for the whole page (policy/auth/admin-store.ts `accessView`), whatever its size.
+    // One statement for the whole page (policy/auth/admin-store.ts `accessView`), whatever its size;
+    // each principal's keys and grants and the repositories are bounded, with where each continues.
     api(['GET'], 'access', async (ctx) => {
       const view = await store.accessView(pageQuery(ctx.url));
       sendJson(ctx.res, 200, {
         principals: view.principals.items,
         nextCursor: view.principals.nextCursor,
-        repositories: view.repositories,
+        repositories: view.repositories.items,
+        repositoriesNextCursor: view.repositories.nextCursor,
       });
     }),
+    mirror('GET', '/principals/:principal/keys'),
+    mirror('GET', '/grants'),
+    mirror('GET', '/repositories'),
     mirror('POST', '/principals'),
     mirror('POST', '/principals/:principal/keys'),
     mirror('PUT', '/principals/:principal/bandwidth-weight'),

@@ -387,6 +387,8 @@ describe('real responses against the document', () => {
     });
     await call('DELETE', certs, '/api/v1/admin/principals/ci/certificates?san=DNS%3Anone.example', { headers: admin });
     await call('GET', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin });
+    await call('GET', '/api/v1/admin/repositories', '/api/v1/admin/repositories?prefix=con', { headers: admin });
+    await call('GET', '/api/v1/admin/repositories', '/api/v1/admin/repositories?prefix=Con', { headers: admin });
     await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', {
       headers: admin,
       body: { name: 'docs' },
@@ -565,6 +567,17 @@ describe('real responses against the document', () => {
       { headers: session },
     );
     await call('GET', '/console/api/access', '/console/api/access', { headers: noCsrf });
+    // The listings that continue the access view's keys, grants and repositories.
+    await call('GET', '/console/api/principals/:principal/keys', '/console/api/principals/ci/keys?limit=1', {
+      headers: noCsrf,
+    });
+    await call('GET', '/console/api/principals/:principal/keys', '/console/api/principals/nobody/keys', {
+      headers: noCsrf,
+    });
+    await call('GET', '/console/api/grants', '/console/api/grants?principal=ci&limit=1', { headers: noCsrf });
+    await call('GET', '/console/api/grants', '/console/api/grants?cursor=forged!', { headers: noCsrf });
+    await call('GET', '/console/api/repositories', '/console/api/repositories?prefix=c&limit=1', { headers: noCsrf });
+    await call('GET', '/console/api/repositories', '/console/api/repositories?cursor=forged!', { headers: noCsrf });
     // The usage view: the admin API's answers, a bad filter refused alike.
     await call('GET', '/console/api/stats/artifacts', '/console/api/stats/artifacts?view=top&limit=5', {
       headers: noCsrf,
