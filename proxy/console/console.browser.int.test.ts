@@ -262,6 +262,78 @@ describe('the console in chromium', () => {
     expect(await untilStatus(head, 401, 3000)).toBe(401);
   });
 
+  it("reads more of a principal's keys and grants, and finds repositories past the first 1000 by prefix or page", async () => {
+    // 1,000 repositories before libs (which becomes the 1001st), and a principal with 101 keys and
+    // 101 grants: one past each page the view shows.
+    await db.pool.query(
+      `INSERT INTO arkvory_repositories (name) SELECT 'heap-' || lpad(i::text, 4, '0') FROM generate_series(1, 1000) i`,
+    );
+    const heaped = (
+      await db.pool.query<{ id: string }>(`INSERT INTO arkvory_principals (name) VALUES ('heaped') RETURNING id`)
+    ).rows[0]!.id;
+    await db.pool.query(
+      `INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes, created_at)
+         SELECT 'k' || lpad(i::text, 15, '0'), $1, sha256(i::text::bytea), '{read}', now() + i * interval '1 millisecond'
+           FROM generate_series(1, 101) i`,
+      [heaped],
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_grants (principal_id, repository, permission)
+         SELECT $1, 'heap-' || lpad(i::text, 4, '0'), 'write' FROM generate_series(1, 101) i`,
+      [heaped],
+    );
+    const grantOptions = page.locator('#grant-form select[name=repository] option');
+    const ceilingOptions = page.locator('#repository-ceiling-form select[name=repository] option');
+    try {
+      // A change on the page reads the view again.
+      await page.click('#principal-rows form[data-weight-for="limited-caller"] button[type=submit]');
+      const row = page.locator('#principal-rows tr[data-principal="heaped"]');
+      await row.waitFor();
+      expect(await row.locator('li[data-key]').count()).toBe(100);
+      await row.locator('button[data-more-keys="heaped"]').click();
+      await row.locator('li[data-key="k000000000000101"]').waitFor();
+      await row.locator('button[data-more-keys]').waitFor({ state: 'detached' });
+      expect(await row.textContent()).not.toContain('heap-0101');
+      await row.locator('button[data-more-grants="heaped"]').click();
+      await row.filter({ hasText: 'heap-0101 (write)' }).waitFor();
+      await row.locator('button[data-more-grants]').waitFor({ state: 'detached' });
+
+      // libs is past the first 1000: "more repositories" reads it into both selects.
+      await expect.poll(() => grantOptions.count(), POLL).toBe(1000);
+      expect(await page.locator('#grant-form option[value="libs"]').count()).toBe(0);
+      await page.click('#more-repositories');
+      await page.locator('#grant-form option[value="libs"]').waitFor({ state: 'attached' });
+      await page.locator('#repository-ceiling-form option[value="libs"]').waitFor({ state: 'attached' });
+      expect(await page.isHidden('#more-repositories')).toBe(true);
+
+      // By the start of its name: the selects offer those only, and keep them after a grant.
+      await page.fill('#repository-prefix', 'heap-09');
+      await page.click('#repository-find button[type=submit]');
+      await expect.poll(() => grantOptions.count(), POLL).toBe(100);
+      expect(await ceilingOptions.count()).toBe(100);
+      expect(await page.textContent('#repository-count')).toBe('100 repositories starting with heap-09');
+      await page.selectOption('#grant-form select[name=principal]', { label: 'limited-caller' });
+      await page.selectOption('#grant-form select[name=repository]', 'heap-0950');
+      await page.click('#grant-form button[type=submit]');
+      await page
+        .locator('#principal-rows tr[data-principal="limited-caller"]', { hasText: 'heap-0950 (read)' })
+        .waitFor();
+      expect(await grantOptions.count()).toBe(100);
+      await page.fill('#repository-prefix', 'heap 09');
+      await page.click('#repository-find button[type=submit]');
+      await page.locator('#repository-find [data-error-for]', { hasText: 'prefix must be' }).waitFor();
+      expect(await grantOptions.count()).toBe(100);
+    } finally {
+      await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [heaped]);
+      await db.pool.query(`DELETE FROM arkvory_repositories WHERE name LIKE 'heap-%'`);
+    }
+    // An empty prefix is every repository again, from the first.
+    await page.fill('#repository-prefix', '');
+    await page.click('#repository-find button[type=submit]');
+    await page.locator('#grant-form option[value="libs"]').waitFor({ state: 'attached' });
+    expect(await grantOptions.count()).toBe(1);
+  });
+
   it('shows usage statistics: the most downloaded, the ones not downloaded for N days, and each principal by day', async () => {
     const put = (name: string) =>
       request(`${writer.url}/api/v1/repositories/libs/artifacts/${name}`, {

@@ -338,7 +338,7 @@ function renderBlocks(blocks) {
 // ---------------------------------------------------------------- rules
 
 async function refreshSlow() {
-  await Promise.allSettled([refreshRules(), refreshAccess().then(() => refreshUsage())]);
+  await Promise.allSettled([refreshRules(), refreshAccess(true).then(() => refreshUsage())]);
 }
 
 async function refreshRules() {
@@ -585,17 +585,39 @@ async function deleteRule(limiter, name) {
 
 /** The cursor of the next page of principals (null: all shown). The view is paged by the server. */
 let principalsCursor = null;
+/**
+ * Whether the operator read past the view's first page (more principals, keys or grants): the
+ * timer then leaves the view alone, since reading it again would drop what was asked for; a change
+ * made on the page reads it afresh.
+ */
+let accessExpanded = false;
 
-async function refreshAccess() {
-  const data = await api('GET', '/console/api/access');
-  principals = data.principals;
-  principalsCursor = data.nextCursor;
-  for (const repoSelect of document.querySelectorAll('.repository-select')) {
-    const chosenRepo = repoSelect.value;
-    repoSelect.replaceChildren(...data.repositories.map((r) => el('option', { value: r.name, text: r.name })));
-    if (chosenRepo) repoSelect.value = chosenRepo;
+/**
+ * The repositories the selects offer (grant, repository ceilings): the view's first page, or those
+ * the operator found by the start of their name, with the cursor where that listing continues
+ * ("more repositories"). Thousands of repositories are found by prefix, not scrolled to.
+ */
+let pickerRepositories = [];
+let pickerCursor = null;
+/** The prefix the repositories were found by; null while the selects show the view's own page. */
+let repositoryPrefix = null;
+/** Repositories per page the picker reads: one largest page of the admin listing. */
+const REPOSITORY_PAGE = 1000;
+
+/** `fromTimer`: the periodic refresh, which leaves a view read past its first page as it is. */
+async function refreshAccess(fromTimer = false) {
+  if (!(fromTimer && accessExpanded)) {
+    const data = await api('GET', '/console/api/access');
+    principals = data.principals;
+    principalsCursor = data.nextCursor;
+    accessExpanded = false;
+    if (repositoryPrefix === null) {
+      pickerRepositories = data.repositories;
+      pickerCursor = data.repositoriesNextCursor;
+      renderRepositories();
+    }
+    renderPrincipals();
   }
-  renderPrincipals();
   await refreshCeilings();
 }
 
@@ -604,7 +626,77 @@ async function morePrincipals() {
   const data = await api('GET', `/console/api/access?cursor=${encodeURIComponent(principalsCursor)}`, undefined, true);
   principals = principals.concat(data.principals);
   principalsCursor = data.nextCursor;
+  accessExpanded = true;
   renderPrincipals();
+}
+
+/** The next page of a principal's keys (GET /console/api/principals/{principal}/keys). */
+async function moreKeys(p) {
+  if (!p.keysNextCursor) return;
+  const path = `/console/api/principals/${enc(p.id)}/keys?cursor=${enc(p.keysNextCursor)}`;
+  const data = await api('GET', path, undefined, true);
+  p.keys = p.keys.concat(data.keys);
+  p.keysNextCursor = data.nextCursor;
+  accessExpanded = true;
+  renderPrincipals();
+}
+
+/** The next page of a principal's grants (GET /console/api/grants?principal=). */
+async function moreGrants(p) {
+  if (!p.grantsNextCursor) return;
+  const path = `/console/api/grants?principal=${enc(p.id)}&cursor=${enc(p.grantsNextCursor)}`;
+  const data = await api('GET', path, undefined, true);
+  p.grants = p.grants.concat(data.grants.map((g) => ({ repository: g.repository, permission: g.permission })));
+  p.grantsNextCursor = data.nextCursor;
+  accessExpanded = true;
+  renderPrincipals();
+}
+
+/** Reads the repositories starting with the prefix asked for (all when it is empty). */
+async function findRepositories(event) {
+  event.preventDefault();
+  const form = event.target;
+  const errorField = form.querySelector('[data-error-for]');
+  errorField.textContent = '';
+  const prefix = String(new FormData(form).get('prefix')).trim().toLowerCase();
+  const query = new URLSearchParams({ limit: String(REPOSITORY_PAGE) });
+  if (prefix) query.set('prefix', prefix);
+  try {
+    const data = await api('GET', `/console/api/repositories?${query}`, undefined, true);
+    pickerRepositories = data.repositories;
+    pickerCursor = data.nextCursor;
+    // An empty prefix is the view's own first page again: refreshes keep it current.
+    repositoryPrefix = prefix || null;
+  } catch (err) {
+    if (err.status !== 401) errorField.textContent = err.message;
+    return;
+  }
+  renderRepositories();
+}
+
+async function moreRepositories() {
+  if (!pickerCursor) return;
+  const query = new URLSearchParams({ limit: String(REPOSITORY_PAGE), cursor: pickerCursor });
+  if (repositoryPrefix) query.set('prefix', repositoryPrefix);
+  const data = await api('GET', `/console/api/repositories?${query}`, undefined, true);
+  pickerRepositories = pickerRepositories.concat(data.repositories);
+  pickerCursor = data.nextCursor;
+  // The list is no longer the view's first page: refreshes leave it as read.
+  repositoryPrefix ??= '';
+  renderRepositories();
+}
+
+function renderRepositories() {
+  for (const repoSelect of document.querySelectorAll('.repository-select')) {
+    const chosenRepo = repoSelect.value;
+    repoSelect.replaceChildren(...pickerRepositories.map((r) => el('option', { value: r.name, text: r.name })));
+    if (chosenRepo) repoSelect.value = chosenRepo;
+  }
+  $('repository-count').textContent =
+    `${pickerRepositories.length} ${pickerRepositories.length === 1 ? 'repository' : 'repositories'}` +
+    (repositoryPrefix ? ` starting with ${repositoryPrefix}` : '') +
+    (pickerCursor ? ', more remain' : '');
+  $('more-repositories').hidden = !pickerCursor;
 }
 
 function renderPrincipals() {
@@ -625,8 +717,34 @@ function renderPrincipals() {
         el('div', { class: 'mono hint', text: p.id }),
       ),
       el('td', {}, renderWeight(p)),
-      el('td', {}, p.keys.length ? el('ul', {}, p.keys.map(renderKey)) : 'no keys'),
-      el('td', { text: p.grants.map((g) => `${g.repository} (${g.permission})`).join(', ') || 'none' }),
+      el(
+        'td',
+        {},
+        p.keys.length ? el('ul', {}, p.keys.map(renderKey)) : 'no keys',
+        p.keysNextCursor
+          ? el('button', {
+              type: 'button',
+              class: 'small',
+              'data-more-keys': p.name,
+              text: 'more keys',
+              onclick: () => void moreKeys(p),
+            })
+          : null,
+      ),
+      el(
+        'td',
+        {},
+        p.grants.map((g) => `${g.repository} (${g.permission})`).join(', ') || 'none',
+        p.grantsNextCursor
+          ? el('button', {
+              type: 'button',
+              class: 'small',
+              'data-more-grants': p.name,
+              text: 'more grants',
+              onclick: () => void moreGrants(p),
+            })
+          : null,
+      ),
     ),
   );
   $('principal-rows').replaceChildren(...rows);
@@ -1005,6 +1123,8 @@ async function start() {
   $('member-form').addEventListener('submit', (e) => void addMember(e));
   $('repository-ceiling-form').addEventListener('submit', (e) => void setRepositoryCeilings(e));
   $('more-principals').addEventListener('click', () => void morePrincipals());
+  $('repository-find').addEventListener('submit', (e) => void findRepositories(e));
+  $('more-repositories').addEventListener('click', () => void moreRepositories());
   $('more-groups').addEventListener('click', () => void moreGroups());
   $('more-repository-ceilings').addEventListener('click', () => void moreRepositoryCeilings());
   $('idle-form').addEventListener('submit', (e) => void showIdle(e));
