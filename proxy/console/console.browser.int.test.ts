@@ -334,6 +334,58 @@ describe('the console in chromium', () => {
     expect(await grantOptions.count()).toBe(1);
   });
 
+  it('keeps what "more" read when the 10-second refresh comes, and reads both views afresh after a change', async () => {
+    // 101 keys and 101 groups more: one past the page of each the views show.
+    const stacked = (
+      await db.pool.query<{ id: string }>(`INSERT INTO arkvory_principals (name) VALUES ('stacked') RETURNING id`)
+    ).rows[0]!.id;
+    await db.pool.query(
+      `INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes, created_at)
+         SELECT 's' || lpad(i::text, 15, '0'), $1, sha256(i::text::bytea), '{read}', now() + i * interval '1 millisecond'
+           FROM generate_series(1, 101) i`,
+      [stacked],
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_principal_groups (name) SELECT 'yy-' || lpad(i::text, 3, '0') FROM generate_series(1, 101) i`,
+    );
+    // A page of its own, with the page's timers on a clock the test moves.
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    try {
+      const clocked = await context.newPage();
+      clocked.setDefaultTimeout(15_000);
+      await clocked.clock.install();
+      await clocked.goto(`${writer.url}/console/`);
+      await clocked.fill('#admin-key', adminKey);
+      await clocked.click('#sign-in-form button[type=submit]');
+      await clocked.waitForSelector('#app', { state: 'visible' });
+      const row = clocked.locator('#principal-rows tr[data-principal="stacked"]');
+      const lastKey = row.locator('li[data-key="s000000000000101"]');
+      const lastGroup = clocked.locator('#group-rows tr[data-group="yy-101"]');
+      await row.locator('button[data-more-keys="stacked"]').click();
+      await lastKey.waitFor();
+      await clocked.click('#more-groups');
+      await lastGroup.waitFor();
+      await clocked.waitForLoadState('networkidle');
+      // The refresh reads the rules, then the views, then usage: its last read ends it.
+      const reads: string[] = [];
+      clocked.on('request', (r) => reads.push(new URL(r.url()).pathname));
+      const usage = clocked.waitForRequest((r) => r.url().includes('/console/api/stats/principals'));
+      await clocked.clock.runFor(10_000);
+      await (await usage).response();
+      expect(reads).toContain('/console/api/rate-limits');
+      expect(reads.filter((r) => r === '/console/api/access' || r === '/console/api/ceilings')).toEqual([]);
+      expect([await lastKey.count(), await lastGroup.count()]).toEqual([1, 1]);
+      // A change made on the page reads both afresh, from their first pages.
+      await clocked.click('#principal-rows form[data-weight-for="stacked"] button[type=submit]');
+      await lastKey.waitFor({ state: 'detached' });
+      await lastGroup.waitFor({ state: 'detached' });
+    } finally {
+      await context.close();
+      await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [stacked]);
+      await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name LIKE 'yy-%'`);
+    }
+  });
+
   it('shows usage statistics: the most downloaded, the ones not downloaded for N days, and each principal by day', async () => {
     const put = (name: string) =>
       request(`${writer.url}/api/v1/repositories/libs/artifacts/${name}`, {

@@ -618,7 +618,7 @@ async function refreshAccess(fromTimer = false) {
     }
     renderPrincipals();
   }
-  await refreshCeilings();
+  await refreshCeilings(fromTimer);
 }
 
 async function morePrincipals() {
@@ -956,9 +956,14 @@ let ceilingGroups = [];
 let groupsCursor = null;
 let ceilingRepositories = [];
 let repositoriesCursor = null;
+/** Whether more than the first page was read: as `accessExpanded`, the timer then leaves the view alone. */
+let ceilingsExpanded = false;
 
-async function refreshCeilings() {
+/** `fromTimer`: the periodic refresh, which leaves a view read past its first page as it is. */
+async function refreshCeilings(fromTimer = false) {
+  if (fromTimer && ceilingsExpanded) return;
   const data = await api('GET', '/console/api/ceilings');
+  ceilingsExpanded = false;
   ceilingGroups = data.groups;
   groupsCursor = data.groupsNextCursor;
   ceilingRepositories = data.repositories;
@@ -972,6 +977,7 @@ async function moreGroups() {
   const data = await api('GET', `/console/api/groups?cursor=${enc(groupsCursor)}`, undefined, true);
   ceilingGroups = ceilingGroups.concat(data.groups);
   groupsCursor = data.nextCursor;
+  ceilingsExpanded = true;
   renderGroups();
 }
 
@@ -981,6 +987,7 @@ async function moreMembers(group) {
   const data = await api('GET', path, undefined, true);
   group.members = group.members.concat(data.members);
   group.membersNextCursor = data.nextCursor;
+  ceilingsExpanded = true;
   renderGroups();
 }
 
@@ -989,6 +996,7 @@ async function moreRepositoryCeilings() {
   const data = await api('GET', `/console/api/repository-ceilings?cursor=${enc(repositoriesCursor)}`, undefined, true);
   ceilingRepositories = ceilingRepositories.concat(data.repositories);
   repositoriesCursor = data.nextCursor;
+  ceilingsExpanded = true;
   renderRepositoryCeilings();
 }
 
