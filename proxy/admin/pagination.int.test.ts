@@ -550,6 +550,17 @@ describe("the console's access view", () => {
         expect([res.status, res.body.code], path).toEqual([400, 'invalid_request']);
       }
       expect((await getJson('/api/v1/admin/repositories?prefix=-x')).status).toBe(400);
+      // arkvory repos list --prefix: the same listing; a prefix that cannot start a name is a usage error.
+      const env = { ARKVORY_DATABASE_URL: db.url };
+      const listed = await runCli(['repos', 'list', '--prefix', 'many-10', '--limit', '60'], env);
+      expect(listed.code, listed.stderr).toBe(0);
+      const firstPage = JSON.parse(listed.stdout) as { repositories: Array<{ name: string }>; nextCursor: string };
+      const next = await runCli(['repos', 'list', '--prefix', 'many-10', '--cursor', firstPage.nextCursor], env);
+      const secondPage = JSON.parse(next.stdout) as { repositories: Array<{ name: string }>; nextCursor: null };
+      expect([...firstPage.repositories, ...secondPage.repositories].map((r) => r.name)).toEqual(many10);
+      expect(secondPage.nextCursor).toBeNull();
+      const refused = await runCli(['repos', 'list', '--prefix', 'Many'], env);
+      expect([refused.code, refused.stderr]).toEqual([2, expect.stringContaining('prefix must be')]);
     } finally {
       await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [heavy.id]);
       await db.pool.query(`DELETE FROM arkvory_repositories WHERE name LIKE 'many-%'`);

@@ -4,6 +4,7 @@ import {
   checkGroupName,
   checkPrincipalName,
   checkRepositoryName,
+  checkRepositoryPrefix,
   MAX_BANDWIDTH_WEIGHT,
   MAX_CEILING_BYTES_PER_SECOND,
   MAX_KEY_LIFETIME_SECONDS,
@@ -381,10 +382,14 @@ ${DATABASE_NOTE}`,
     }),
     form({
       name: 'list',
-      options: PAGE_OPTIONS,
+      options: {
+        ...PAGE_OPTIONS,
+        prefix: { type: 'string', value: 'PREFIX', description: 'only the repositories whose name starts with PREFIX' },
+      },
       run: (input, env) => {
         const page = pageInput(input, CURSORS.repositories);
-        return withStore(env, async (s) => printed('repositories')(await s.listRepositories(page)));
+        const prefix = argument(() => checkRepositoryPrefix(input.string('prefix')));
+        return withStore(env, async (s) => printed('repositories')(await s.listRepositories(page, prefix)));
       },
     }),
     form({
