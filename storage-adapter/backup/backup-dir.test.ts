@@ -174,6 +174,38 @@ describe('pruning', () => {
   });
 });
 
+describe('two backups finishing at once into one destination, each with --keep 1', () => {
+  it('never remove each other’s: the second prune finds its own backup gone and puts back what it renamed', async () => {
+    const at = await destination();
+    // Both renamed into place before either prunes: each counts the other's among the older ones.
+    const first = await completeBackup(at, 'arkvory-20261205T010000000Z');
+    const second = await completeBackup(at, 'arkvory-20261205T010000001Z');
+    expect(await pruneBackups(at, 1, first, { host: 'this-host', pid: 1001 })).toEqual([second]);
+    await expect(pruneBackups(at, 1, second, { host: 'this-host', pid: 1002 })).rejects.toMatchObject({
+      code: 'backup_removed',
+    });
+    expect(await completeBackups(at)).toEqual([first]);
+    expect(await readdir(at)).toEqual([path.basename(first)]);
+  });
+
+  it('interleaved (one renames the other’s while that one is removing): one complete backup stays', async () => {
+    const at = await destination();
+    const first = await completeBackup(at, 'arkvory-20261205T010000000Z');
+    const second = await completeBackup(at, 'arkvory-20261205T010000001Z');
+    let secondPrune: Promise<string[]> | undefined;
+    // The first prune has renamed the second backup away and checked its own is there; while it
+    // removes, the second backup's prune runs.
+    const removing = async (dir: string) => {
+      secondPrune = pruneBackups(at, 1, second, { host: 'this-host', pid: 1002 });
+      await secondPrune.catch(() => {});
+      await rm(dir, { recursive: true, force: true });
+    };
+    expect(await pruneBackups(at, 1, first, { host: 'this-host', pid: 1001 }, removing)).toEqual([second]);
+    await expect(secondPrune).rejects.toMatchObject({ code: 'backup_removed' });
+    expect(await completeBackups(at)).toEqual([first]);
+  });
+});
+
 describe('complete backups', () => {
   it('are those holding a manifest and the database file: one half removed by an older version is not', async () => {
     const at = await destination();

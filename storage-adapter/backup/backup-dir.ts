@@ -6,6 +6,7 @@ import path from 'node:path';
 import { fsyncDirectory } from '../../lib/fs-sync.ts';
 import { isAlive } from '../../lib/process-alive.ts';
 import { blobRelativePath } from '../paths.ts';
+import { BackupError } from './errors.ts';
 import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
 
 const BACKUP_NAME = /^arkvory-\d{8}T\d{6}\d{3}Z(-\d+)?$/;
@@ -136,6 +137,11 @@ export async function removeStalePartials(destination: string, self: PartialMake
  * its name says (a clock stepped back names it older than earlier ones); returns the removed ones.
  * Each is first renamed to a partial of `self`, in one step with its manifest, so a prune cut short
  * never leaves a backup that looks complete with files missing; the next backup removes the rest.
+ * Two backups finishing at once into one destination each count the other's among the older ones:
+ * with `keep` 1 each would remove the other's and leave none. So `made` is looked for after each
+ * rename, before anything is removed: gone (another prune took it), the renamed one is put back and
+ * `backup_removed` thrown. Of two such prunes at most one removes anything (each removes only while
+ * its own backup is still there after its rename, and so took the other's name away first).
  * `remove` removes a directory tree (fs `rm`; tests cut it short).
  */
 export async function pruneBackups(
@@ -147,13 +153,34 @@ export async function pruneBackups(
 ): Promise<string[]> {
   const others = (await completeBackups(destination)).filter((dir) => dir !== made);
   const doomed = others.slice(0, Math.max(0, others.length - Math.max(0, keep - 1)));
+  const removed: string[] = [];
   for (const dir of doomed) {
     const removing = path.join(destination, partialName(path.basename(dir), self));
-    await rename(dir, removing);
+    try {
+      await rename(dir, removing);
+    } catch (err) {
+      // Already taken by a prune running at the same time: not ours to remove.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      throw err;
+    }
+    if (!looksComplete(made)) {
+      await rename(removing, dir);
+      await fsyncDirectory(destination);
+      throw new BackupError(
+        'backup_removed',
+        `${made} was removed before it could remove older backups: another backup into ${destination} finished at the same time and its --keep removed this one (${path.basename(dir)} is kept)`,
+      );
+    }
     await fsyncDirectory(destination);
     await remove(removing);
+    removed.push(dir);
   }
-  return doomed;
+  if (!looksComplete(made))
+    throw new BackupError(
+      'backup_removed',
+      `${made} was removed: another backup into ${destination} finished at the same time and its --keep removed this one`,
+    );
+  return removed;
 }
 
 /** A backup directory itself, or the newest complete backup under a destination. */

@@ -134,3 +134,24 @@ describe('a backup makes its files’ names durable before its manifest', () => 
     expectDurableOrder(destination, linked);
   });
 });
+
+describe('a backup whose destination cannot be made durable after the rename', () => {
+  it('fails and leaves no complete backup under the destination (exit 1 means none was made)', async () => {
+    const destination = await makeTempDir('arkvory-durable-eio-');
+    await expect(
+      runBackup({
+        destination,
+        pool: db.pool,
+        store,
+        nowMs: () => Date.now(),
+        async syncDirectory(dir) {
+          // The destination's sync once it holds the renamed backup fails, as on a disk returning EIO.
+          if (dir === destination && readdirSync(dir).some((e) => /^arkvory-[0-9TZ]+$/.test(e)))
+            throw Object.assign(new Error('EIO: i/o error, fsync'), { code: 'EIO' });
+          await fsyncDirectory(dir);
+        },
+      }),
+    ).rejects.toMatchObject({ code: 'EIO' });
+    expect(readdirSync(destination)).toEqual([]);
+  });
+});

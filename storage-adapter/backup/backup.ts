@@ -25,6 +25,7 @@ import {
 } from './backup-dir.ts';
 import { putBlob, type BlobOutcome } from './blob-copy.ts';
 import { dumpDatabase } from './database-dump.ts';
+import { BackupError } from './errors.ts';
 import {
   BACKUP_FORMAT,
   DATABASE_FILE,
@@ -94,6 +95,9 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
   const stopHeartbeat = startPartialHeartbeat(partial, options.nowMs);
   // Hard links only within one filesystem; across, a blob is copied in one pass (read, hash, write).
   const linkable = options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev;
+  const final = path.join(destination, name);
+  // Once renamed, a failure (the destination's fsync) must not leave it complete-looking: exit 1 means none.
+  let renamed = false;
   try {
     const dump = await dumpDatabase(options.pool, path.join(partial, DATABASE_FILE), options.signal);
     let ruleDocuments: BackupManifest['ruleDocuments'] = null;
@@ -147,8 +151,8 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(manifest));
     await syncDirectory(partial);
     stopHeartbeat();
-    const final = path.join(destination, name);
     await rename(partial, final);
+    renamed = true;
     await syncDirectory(destination);
     // The backup is made: failing to remove old ones is reported with it, never as a failed backup.
     let pruned: string[] = [];
@@ -157,6 +161,8 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       try {
         pruned = await pruneBackups(destination, options.keep, final, maker);
       } catch (err) {
+        // This backup itself is gone (another backup's prune, at the same time): none was made here.
+        if (err instanceof BackupError && err.code === 'backup_removed') throw err;
         pruneError = (err as Error).message;
       }
     return {
@@ -172,7 +178,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     };
   } catch (err) {
     stopHeartbeat();
-    await rm(partial, { recursive: true, force: true });
+    await rm(renamed ? final : partial, { recursive: true, force: true });
     throw err;
   }
 }

@@ -27,6 +27,12 @@ export const BACKUP_ERRORS = defineErrors('storage-adapter/backup/errors.ts', {
     message: 'The restore target is in use or cannot be prepared.',
     advice: 'Stop every gateway and the worker using the target, then restore again; the message says what is left.',
   },
+  backup_removed: {
+    status: null,
+    message: 'The backup just made was removed by another backup into the same destination.',
+    advice:
+      "Two backups finished at once into one destination and the other one's --keep removed this one; its backup is there. Do not run backups with --keep into one destination at the same time.",
+  },
   schema_newer: {
     status: null,
     message: 'The backup was made by a newer schema than this code knows.',
