@@ -22,8 +22,26 @@ export type StorageRole = 'writer' | 'reader';
  * installation, and the next restore into it knows everything there is the stopped one's.
  */
 const RESTORING = 'restoring ';
-export const restoreMarker = (id: string): string => `${RESTORING}${id}`;
+
+/** The process writing a restore: the host as it names itself in file names, and its pid there. */
+export interface RestoreOwner {
+  readonly host: string;
+  readonly pid: number;
+}
+
+/**
+ * `restoring <id> <host> <pid>`: the owner tells a restore still running (on this host: its pid is
+ * alive) from one stopped before its commit, whose leftovers the next restore empties.
+ */
+export const restoreMarker = (id: string, owner: RestoreOwner): string =>
+  `${RESTORING}${id} ${owner.host} ${owner.pid}`;
 export const isRestoreMarker = (text: string | undefined): boolean => text?.trim().startsWith(RESTORING) === true;
+
+/** The owner a restore mark names; undefined for a mark written before marks named one. Pure. */
+export function restoreMarkOwner(text: string | undefined): RestoreOwner | undefined {
+  const match = /^restoring \S+ ([A-Za-z0-9._-]+) (\d+)$/.exec(text?.trim() ?? '');
+  return match ? { host: match[1]!, pid: Number(match[2]) } : undefined;
+}
 
 /** Where a store keeps its `storage-id`: a file in the root, or an object on the static-HTTP store. */
 export interface IdentityObject {

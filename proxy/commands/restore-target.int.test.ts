@@ -9,7 +9,7 @@ import { sealManifest, type BackupManifest } from '../../storage-adapter/backup/
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway } from '../../test/support/gateway.ts';
-import { killRestoreBeforeCommit } from '../../test/support/killed-restore.ts';
+import { holdRestoreBeforeCommit, killRestoreBeforeCommit } from '../../test/support/killed-restore.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { listKeys } from '../../test/support/s3-server.ts';
 import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
@@ -558,5 +558,37 @@ describe('a restore that cannot empty what a killed restore left (directory stor
       scrub: { corrupt: [] },
     });
     expect((await readFile(path.join(dataDir, 'storage-id'), 'utf8')).trim()).toBe(storageId);
+  }, 120_000);
+});
+
+describe('a restore into a root another restore on this host is still writing (directory store)', () => {
+  it('is refused (target_busy) without removing what the running one wrote, though its database is another', async () => {
+    const running = await createTestDatabase({ migrated: false });
+    const other = await createTestDatabase({ migrated: false });
+    drops.push(running.drop, other.drop);
+    const dataDir = await makeTempDir();
+    // Held in its transaction: every blob written under its mark, nothing committed yet.
+    const held = await holdRestoreBeforeCommit(
+      backup,
+      { ARKVORY_DATABASE_URL: running.url, ARKVORY_DATA_DIR: dataDir },
+      running.url,
+    );
+    onTestFinished(() => held.kill());
+    const blobs = async () =>
+      (await readdir(path.join(dataDir, 'blobs'), { recursive: true, withFileTypes: true })).filter((e) => e.isFile())
+        .length;
+    expect(await blobs()).toBe(bodies.length);
+
+    // The same root with another (empty) database: its barrier does not cover the running restore.
+    const second = await runCli(['restore', backup], { ARKVORY_DATABASE_URL: other.url, ARKVORY_DATA_DIR: dataDir });
+    expect(second.code).toBe(1);
+    expect(second.stderr).toMatch(/^arkvory restore: target_busy: .*is being restored by process \d+ on this host/);
+    expect(second.stderr).toContain(`process ${held.pid} `);
+    expect(second.stderr.trim().split('\n')).toHaveLength(1);
+    expect(await blobs(), "the running restore's blobs").toBe(bodies.length);
+    expect(await readFile(path.join(dataDir, 'storage-id'), 'utf8')).toMatch(
+      new RegExp(`^restoring ${storageId} \\S+ ${held.pid}\n`),
+    );
+    expect((await tableRows(other)).arkvory_storage).toBe(0);
   }, 120_000);
 });

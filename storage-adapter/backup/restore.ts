@@ -18,7 +18,9 @@ import { createHash } from 'node:crypto';
 import path from 'node:path';
 import type pg from 'pg';
 import { createFsTree } from '../fs/index.ts';
-import { fsIdentityObject, isRestoreMarker, restoreMarker } from '../identity.ts';
+import { isAlive } from '../../lib/process-alive.ts';
+import { fsIdentityObject, isRestoreMarker, restoreMarker, restoreMarkOwner, type RestoreOwner } from '../identity.ts';
+import { localHostName } from './backup-dir.ts';
 import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
 import { recordSliceDigests } from '../catalog/slice-rows.ts';
@@ -127,6 +129,9 @@ async function firstFileUnder(tree: ArtifactStore['tree'], dir: string): Promise
   return undefined;
 }
 
+/** This process, as its restore mark names it. */
+const thisRestore = (): RestoreOwner => ({ host: localHostName(), pid: process.pid });
+
 /**
  * Refuses a root that holds a storage-id or blobs, unless its storage-id is the marker of a restore
  * stopped before its commit (identity.ts, restoreMarker): then everything there is that restore's
@@ -137,7 +142,18 @@ async function refuseOccupiedRoot(
   where: string,
   storageId: string | undefined,
 ): Promise<boolean> {
-  if (isRestoreMarker(storageId)) return true;
+  if (isRestoreMarker(storageId)) {
+    // A mark is a stopped restore's only once its process is gone: a restore still writing there
+    // (into another database: this one's barrier does not cover it) would lose its blobs to the emptying.
+    const owner = restoreMarkOwner(storageId);
+    const self = thisRestore();
+    if (owner && owner.host === self.host && owner.pid !== self.pid && isAlive(owner.pid))
+      throw new BackupError(
+        'target_busy',
+        `the target storage root ${where} is being restored by process ${owner.pid} on this host (its storage-id marks a restore in progress); wait for it to end, or stop it and run the restore again`,
+      );
+    return true;
+  }
   if (storageId !== undefined || (await firstFileUnder(tree, BLOBS)) !== undefined) {
     throw new BackupError(
       'target_not_empty',
@@ -376,7 +392,7 @@ async function restoreAllOrNothing(
   if (stoppedRestoreLeft) {
     // The database holds no installation (checked) and the root is marked by a restore stopped
     // before its commit: what is there is that restore's.
-    const emptied = await emptyTarget(store, restoreMarker(manifest.storageId));
+    const emptied = await emptyTarget(store, restoreMarker(manifest.storageId, thisRestore()));
     if (emptied.problems.length)
       throw new BackupError(
         'target_busy',
@@ -391,7 +407,7 @@ async function restoreAllOrNothing(
     // Before the first blob: a restore stopped from here on (SIGKILL, power cut) leaves a root no
     // gateway opens and the next restore empties (identity.ts, restoreMarker).
     identityWritten = true;
-    await store.identity.write(restoreMarker(manifest.storageId));
+    await store.identity.write(restoreMarker(manifest.storageId, thisRestore()));
     const sliceDigests = new Map<string, SliceDigests>();
     let bytes = 0;
     for (const [i, blob] of blobs.entries()) {
@@ -479,7 +495,10 @@ async function restoreAllOrNothing(
       await undoRuleDocuments().catch((undoErr: unknown) =>
         problems.push(`rule documents: ${(undoErr as Error).message}`),
       );
-    const emptied = await emptyTarget(store, identityWritten ? restoreMarker(manifest.storageId) : undefined);
+    const emptied = await emptyTarget(
+      store,
+      identityWritten ? restoreMarker(manifest.storageId, thisRestore()) : undefined,
+    );
     throw rolledBack(err, store.location, { ...emptied, problems: [...problems, ...emptied.problems] });
   } finally {
     client?.release();

@@ -51,12 +51,23 @@ async function release(pool: pg.Pool, backends: readonly number[]): Promise<void
   await pool.query(`DROP FUNCTION ${HOLD}()`);
 }
 
+/** A restore waiting in its transaction (every blob written, nothing committed), until `kill`. */
+export interface HeldRestore {
+  readonly pid: number;
+  /** SIGKILLs the restore and ends its held backend (its transaction rolls back). */
+  kill(): Promise<void>;
+}
+
 /**
- * Runs `arkvory restore backup` with `env` and kills it (SIGKILL) in its transaction, once it waits
- * there; `database()` gives the target database while the restore runs (it may be one the restore
- * started). Throws if the restore ends before it gets there.
+ * Runs `arkvory restore backup` with `env` until it waits in its transaction; `database()` gives the
+ * target database while the restore runs (it may be one the restore started). Throws if the restore
+ * ends before it gets there.
  */
-async function killHeldRestore(backup: string, env: Record<string, string>, database: () => Promise<pg.Pool>) {
+async function startHeldRestore(
+  backup: string,
+  env: Record<string, string>,
+  database: () => Promise<pg.Pool>,
+): Promise<HeldRestore> {
   const child = spawn(process.execPath, [CLI, 'restore', backup], { cwd: ROOT, env: processEnv(env), stdio: 'ignore' });
   let code: number | string | undefined;
   const exited = new Promise<number | string>((resolve) =>
@@ -66,38 +77,57 @@ async function killHeldRestore(backup: string, env: Record<string, string>, data
     }),
   );
   let pool: pg.Pool | undefined;
+  const kill = async () => {
+    try {
+      if (code === undefined) child.kill('SIGKILL');
+      await exited;
+      if (pool) await release(pool, await heldBackends(pool));
+    } finally {
+      await pool?.end();
+    }
+  };
   try {
-    let held: number[] = [];
     await waitUntil(
       async () => {
         if (code !== undefined) throw new Error(`the restore exited (${code}) before its transaction`);
         pool ??= await database();
-        held = await heldBackends(pool);
-        return held.length > 0;
+        return (await heldBackends(pool)).length > 0;
       },
       { what: 'the restore to wait in its transaction', timeoutMs: 60_000, retryOnError: true },
     ).catch((err: unknown) => {
       if (code !== undefined) throw new Error(`the restore exited (${code}) before its transaction`);
       throw err;
     });
-    child.kill('SIGKILL');
-    await exited;
-    await release(pool!, held);
-  } finally {
-    if (code === undefined) child.kill('SIGKILL');
-    await pool?.end();
+  } catch (err) {
+    await kill();
+    throw err;
   }
+  return { pid: child.pid!, kill };
 }
 
-/** A restore into the database `url` (its env's ARKVORY_DATABASE_URL) killed before its commit. */
-export async function killRestoreBeforeCommit(backup: string, env: Record<string, string>, url: string): Promise<void> {
+/** Runs `arkvory restore backup` with `env` and kills it (SIGKILL) in its transaction, once it waits there. */
+async function killHeldRestore(backup: string, env: Record<string, string>, database: () => Promise<pg.Pool>) {
+  await (await startHeldRestore(backup, env, database)).kill();
+}
+
+/** A restore into the database `url` (its env's ARKVORY_DATABASE_URL) held in its transaction until killed. */
+export async function holdRestoreBeforeCommit(
+  backup: string,
+  env: Record<string, string>,
+  url: string,
+): Promise<HeldRestore> {
   const pool = openPool(url, 1);
   try {
     await hold(pool);
   } finally {
     await pool.end();
   }
-  await killHeldRestore(backup, env, async () => openPool(url, 1));
+  return startHeldRestore(backup, env, async () => openPool(url, 1));
+}
+
+/** A restore into the database `url` (its env's ARKVORY_DATABASE_URL) killed before its commit. */
+export async function killRestoreBeforeCommit(backup: string, env: Record<string, string>, url: string): Promise<void> {
+  await (await holdRestoreBeforeCommit(backup, env, url)).kill();
 }
 
 /**
