@@ -1,10 +1,11 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, cp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdir, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { localHostName } from '../../storage-adapter/backup/backup-dir.ts';
 import { sealManifest, type BackupManifest } from '../../storage-adapter/backup/manifest.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
@@ -590,5 +591,19 @@ describe('a restore into a root another restore on this host is still writing (d
       new RegExp(`^restoring ${storageId} \\S+ ${held.pid}\n`),
     );
     expect((await tableRows(other)).arkvory_storage).toBe(0);
+  }, 120_000);
+
+  it('takes up a mark whose pid is now another program’s (a killed restore’s pid reused)', async () => {
+    const db = await createTestDatabase({ migrated: false });
+    drops.push(db.drop);
+    const dataDir = await makeTempDir();
+    const [first] = bodies;
+    await mkdir(path.dirname(path.join(dataDir, blobName(sha256(first!)))), { recursive: true });
+    await writeFile(path.join(dataDir, blobName(sha256(first!))), first!);
+    // This test process is alive on this host and no restore.
+    await writeFile(path.join(dataDir, 'storage-id'), `restoring ${storageId} ${localHostName()} ${process.pid}\n`);
+    const again = await runCli(['restore', backup], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir });
+    expect(again.code, again.stderr).toBe(0);
+    expect((await readFile(path.join(dataDir, 'storage-id'), 'utf8')).trim()).toBe(storageId);
   }, 120_000);
 });

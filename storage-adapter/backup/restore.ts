@@ -15,6 +15,8 @@
  * back aborted, since their parts are not in a backup.
  */
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import { createFsTree } from '../fs/index.ts';
@@ -129,6 +131,19 @@ async function firstFileUnder(tree: ArtifactStore['tree'], dir: string): Promise
   return undefined;
 }
 
+/**
+ * Whether `pid` is a running `arkvory restore`: alive, and where /proc shows its command line, one
+ * holding `restore` (the pid of a restore killed long ago may be another program's by now).
+ */
+async function isRestoreRunning(pid: number): Promise<boolean> {
+  if (!isAlive(pid)) return false;
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch((err: NodeJS.ErrnoException) =>
+    // Gone since, where there is a /proc; no /proc (another system): alive is all we know.
+    err.code === 'ENOENT' && existsSync('/proc/self') ? '' : undefined,
+  );
+  return cmdline === undefined || cmdline.split('\0').includes('restore');
+}
+
 /** This process, as its restore mark names it. */
 const thisRestore = (): RestoreOwner => ({ host: localHostName(), pid: process.pid });
 
@@ -147,7 +162,7 @@ async function refuseOccupiedRoot(
     // (into another database: this one's barrier does not cover it) would lose its blobs to the emptying.
     const owner = restoreMarkOwner(storageId);
     const self = thisRestore();
-    if (owner && owner.host === self.host && owner.pid !== self.pid && isAlive(owner.pid))
+    if (owner && owner.host === self.host && owner.pid !== self.pid && (await isRestoreRunning(owner.pid)))
       throw new BackupError(
         'target_busy',
         `the target storage root ${where} is being restored by process ${owner.pid} on this host (its storage-id marks a restore in progress); wait for it to end, or stop it and run the restore again`,
