@@ -333,7 +333,10 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
       await symlink('/dev/zero', database);
       const endless = await runCli(['restore', cut], target.env);
       expect([endless.code, endless.stdout]).toEqual([1, '']);
-      expect(endless.stderr).toMatch(/^arkvory restore: backup_invalid: .*database\.jsonl is not a regular file$/m);
+      // A link is refused as one (a backup writes none), before what it leads to is looked at.
+      expect(endless.stderr).toMatch(
+        /^arkvory restore: backup_invalid: .*database\.jsonl is not a regular file \(a symbolic link\)$/m,
+      );
       expect(await target.objects()).toEqual([]);
       // Refused before the target database was touched: not even migrated.
       expect(await tableRows(target.db)).toEqual({});
@@ -605,5 +608,54 @@ describe('a restore into a root another restore on this host is still writing (d
     const again = await runCli(['restore', backup], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir });
     expect(again.code, again.stderr).toBe(0);
     expect((await readFile(path.join(dataDir, 'storage-id'), 'utf8')).trim()).toBe(storageId);
+  }, 120_000);
+});
+
+describe('a backup holding symbolic links (as `cp -s` makes: the bytes elsewhere, in the live store say)', () => {
+  /** A copy of the backup in which `relative` (a blob or a directory of its path) is a link to its bytes moved outside. */
+  async function linkedCopy(relative: string): Promise<string> {
+    const dir = path.join(await makeTempDir('arkvory-linked-'), path.basename(backup));
+    await cp(backup, dir, { recursive: true });
+    const outside = path.join(await makeTempDir('arkvory-outside-'), path.basename(relative));
+    await cp(path.join(dir, relative), outside, { recursive: true });
+    await rm(path.join(dir, relative), { recursive: true });
+    await symlink(outside, path.join(dir, relative));
+    return dir;
+  }
+
+  it('fails --verify and a restore (backup_invalid naming the file), the restore rolled back', async () => {
+    const linkedBlob = await linkedCopy(blobName(lastBlob));
+    const verified = await runCli(['restore', '--verify', linkedBlob], {});
+    expect(verified.code, verified.stdout).toBe(1);
+    // Progress lines (JSON) may come first; the failure is one line of its own.
+    const failure = (stderr: string) =>
+      stderr
+        .trim()
+        .split('\n')
+        .filter((l) => !l.startsWith('{'));
+    expect(failure(verified.stderr)).toEqual([
+      expect.stringMatching(/^arkvory restore --verify: backup_invalid: .* is not a regular file \(a symbolic link\)/),
+    ]);
+
+    // A link on a directory of the blob's path is no better.
+    const linkedDir = await linkedCopy(path.dirname(blobName(lastBlob)));
+    const viaDir = await runCli(['restore', '--verify', linkedDir], {});
+    expect(viaDir.code, viaDir.stdout).toBe(1);
+    expect(failure(viaDir.stderr)).toEqual([
+      expect.stringMatching(/^arkvory restore --verify: backup_invalid: .*a symbolic link on its path/),
+    ]);
+
+    const db = await createTestDatabase({ migrated: false });
+    drops.push(db.drop);
+    const dataDir = await makeTempDir();
+    const restored = await runCli(['restore', linkedBlob], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir });
+    expect(restored.code).toBe(1);
+    expect(failure(restored.stderr).join('\n')).toMatch(
+      /^arkvory restore: backup_invalid: .* is not a regular file \(a symbolic link\).*rolled back/,
+    );
+    expect(existsSync(path.join(dataDir, 'storage-id'))).toBe(false);
+    expect(
+      (await readdir(path.join(dataDir, 'blobs'), { recursive: true, withFileTypes: true })).filter((e) => e.isFile()),
+    ).toEqual([]);
   }, 120_000);
 });

@@ -5,7 +5,7 @@
  * `ArtifactStore` (any other store kind).
  */
 import { createHash } from 'node:crypto';
-import { link, mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { link, mkdir, open, realpath, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { ByteMeter } from '../byte-meter.ts';
 import { blobRelativePath } from '../paths.ts';
@@ -83,7 +83,12 @@ export async function hashStream(source: AsyncIterable<Buffer>): Promise<{ sha25
  */
 async function* storeFileChunks(root: string, blob: { sha256: string; sizeBytes: number }): AsyncGenerator<Buffer> {
   try {
-    yield* regularFileChunks(path.join(root, blobRelativePath(blob.sha256)), blob.sizeBytes + 1);
+    // At its place: a link there (or on its path) is not the store's blob, and would be linked as a link.
+    yield* regularFileChunks(
+      path.join(root, blobRelativePath(blob.sha256)),
+      blob.sizeBytes + 1,
+      path.join(await realpath(root), blobRelativePath(blob.sha256)),
+    );
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT')
       throw new BackupError(
@@ -130,7 +135,10 @@ export async function putBlob(
     if (size !== blob.sizeBytes) continue;
     source.signal?.throwIfAborted();
     // Only a regular file, a byte past its size at most: a named pipe there is passed over, not waited on.
-    const seen = await hashStream(regularFileChunks(candidate, blob.sizeBytes + 1)).catch(() => undefined);
+    // Nor a symbolic link (on its path either): linking it would copy the link, not the bytes.
+    const seen = await realpath(earlier)
+      .then((real) => hashStream(regularFileChunks(candidate, blob.sizeBytes + 1, path.join(real, relative))))
+      .catch(() => undefined);
     if (seen === undefined) continue;
     if (seen.sha256 !== blob.sha256) {
       source.onDamagedEarlier?.(candidate);

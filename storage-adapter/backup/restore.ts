@@ -16,7 +16,7 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import { createFsTree } from '../fs/index.ts';
@@ -342,6 +342,7 @@ function rolledBack(err: unknown, where: string, emptied: Emptied): unknown {
  */
 function backupBlob(
   file: string,
+  realPath: string,
   blob: { sha256: string; sizeBytes: number },
   sliceBytes: number,
 ): {
@@ -359,7 +360,7 @@ function backupBlob(
     let bytes = 0;
     try {
       // One byte past its size at most: a blob replaced by a link to /dev/zero is corrupt, not read without end.
-      for await (const chunk of regularFileChunks(file, blob.sizeBytes + 1)) {
+      for await (const chunk of regularFileChunks(file, blob.sizeBytes + 1, realPath)) {
         hash.update(chunk);
         sliceHasher.update(chunk);
         bytes += chunk.length;
@@ -424,11 +425,14 @@ async function restoreAllOrNothing(
     identityWritten = true;
     await store.identity.write(restoreMarker(manifest.storageId, thisRestore()));
     const sliceDigests = new Map<string, SliceDigests>();
+    // Each blob read at its place, with no symbolic link below the backup's own real path.
+    const realBackup = await realpath(options.backup);
     let bytes = 0;
     for (const [i, blob] of blobs.entries()) {
       signal?.throwIfAborted();
       const source = backupBlob(
         path.join(options.backup, blobRelativePath(blob.sha256)),
+        path.join(realBackup, blobRelativePath(blob.sha256)),
         blob,
         options.sliceBytes ?? DEFAULT_SLICE_BYTES,
       );

@@ -15,11 +15,22 @@ export const RULE_DOCUMENTS_MAX_BYTES = 64 * 1024 * 1024;
 
 const CHUNK = 1024 * 1024;
 
-/** `file` opened for reading when it is a regular file of at most `maxBytes`; else `backup_invalid`. */
-export async function openBackupFile(file: string, maxBytes: number): Promise<{ handle: FileHandle; size: number }> {
+/**
+ * `file` opened for reading when it is a regular file of at most `maxBytes`; else `backup_invalid`.
+ * A symbolic link is refused, not read through: a backup writes none, and one holding links (into the
+ * live store, say, as `cp -s` makes) holds no bytes of its own while it would verify clean. `realPath`
+ * (a blob's place under the backup's real path) refuses a link on a directory of its path as well.
+ */
+export async function openBackupFile(
+  file: string,
+  maxBytes: number,
+  realPath?: string,
+): Promise<{ handle: FileHandle; size: number }> {
   // Non-blocking (lib/regular-file.ts): a named pipe is refused at once, not waited on.
   const { handle, stats: stat } = await openRegularFile(file, {
     refuse: (reason) => new BackupError('backup_invalid', reason),
+    followLinks: false,
+    realPath,
   });
   try {
     if (stat.size > maxBytes)
@@ -58,11 +69,11 @@ export async function* backupFileChunks(file: string, maxBytes: number): AsyncGe
 
 /**
  * The first `maxBytes` bytes of a backup's file that must be a regular file (a blob): a named pipe,
- * a device or a directory there is `backup_invalid` naming the file, found at its non-blocking open
+ * a device, a directory or a symbolic link (on its path too, given `realPath`) there is `backup_invalid` naming the file, found at its non-blocking open
  * before a byte is read; any size is read, up to `maxBytes`, for the caller to judge.
  */
-export async function* regularFileChunks(file: string, maxBytes: number): AsyncGenerator<Buffer> {
-  const { handle } = await openBackupFile(file, Number.MAX_SAFE_INTEGER);
+export async function* regularFileChunks(file: string, maxBytes: number, realPath?: string): AsyncGenerator<Buffer> {
+  const { handle } = await openBackupFile(file, Number.MAX_SAFE_INTEGER, realPath);
   try {
     for (let position = 0; position < maxBytes; ) {
       const buffer = Buffer.alloc(Math.min(CHUNK, maxBytes - position));

@@ -1,5 +1,6 @@
 /** `arkvory restore --verify`: checks a backup end to end without touching any database or store. */
 import { createHash } from 'node:crypto';
+import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { blobRelativePath } from '../paths.ts';
 import { hashStream } from './blob-copy.ts';
@@ -68,12 +69,18 @@ export async function verifyBackup(
     corrupt: [],
     ok: false,
   };
+  // Each blob's place, with no symbolic link below the backup's own real path.
+  const realDir = await realpath(dir);
   for (const blob of blobs) {
     try {
       // One byte past its size at most: a blob replaced by a link to /dev/zero is corrupt, not read without end.
       // Only a regular file (small-file.ts): a named pipe is refused at its non-blocking open, not waited on.
       const seen = await hashStream(
-        regularFileChunks(path.join(dir, blobRelativePath(blob.sha256)), blob.sizeBytes + 1),
+        regularFileChunks(
+          path.join(dir, blobRelativePath(blob.sha256)),
+          blob.sizeBytes + 1,
+          path.join(realDir, blobRelativePath(blob.sha256)),
+        ),
       );
       report.bytes += seen.bytes;
       if (seen.sha256 !== blob.sha256) report.corrupt.push({ blob: blob.sha256, actualSha256: seen.sha256 });
