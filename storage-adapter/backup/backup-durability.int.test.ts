@@ -7,6 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
+import { rename, rm, symlink } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -153,5 +154,25 @@ describe('a backup whose destination cannot be made durable after the rename', (
       }),
     ).rejects.toMatchObject({ code: 'EIO' });
     expect(readdirSync(destination)).toEqual([]);
+  });
+});
+
+describe('a directory store whose blobs/sha256 was moved to another disk and linked back', () => {
+  it('is backed up as the store reads it: the link on blobs/sha256 is followed, blob files are read in place', async () => {
+    const blobsDir = path.join(root, 'blobs', 'sha256');
+    const moved = path.join(await makeTempDir('arkvory-moved-blobs-'), 'sha256');
+    await rename(blobsDir, moved);
+    await symlink(moved, blobsDir);
+    try {
+      {
+        const fsRoot = root;
+        const destination = await makeTempDir('arkvory-linked-layout-');
+        const summary = await runBackup({ destination, pool: db.pool, store, fsRoot, nowMs: () => Date.now() });
+        expect(summary.blobs.count).toBe(blobs.length);
+      }
+    } finally {
+      await rm(blobsDir);
+      await rename(moved, blobsDir);
+    }
   });
 });

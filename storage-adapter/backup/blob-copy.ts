@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { link, mkdir, open, realpath, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { ByteMeter } from '../byte-meter.ts';
-import { blobRelativePath } from '../paths.ts';
+import { BLOBS_DIR, blobRelativePath } from '../paths.ts';
 import type { BlobReader, ArtifactStore } from '../store.ts';
 import { BackupError } from './errors.ts';
 import { regularFileChunks } from './small-file.ts';
@@ -83,11 +83,12 @@ export async function hashStream(source: AsyncIterable<Buffer>): Promise<{ sha25
  */
 async function* storeFileChunks(root: string, blob: { sha256: string; sizeBytes: number }): AsyncGenerator<Buffer> {
   try {
-    // At its place: a link there (or on its path) is not the store's blob, and would be linked as a link.
+    // At its place, as the store reads it (fs-store.ts): `blobs/` may be a link (moved to another
+    // disk), a link below it is not the store's blob and would be hard-linked as a link.
     yield* regularFileChunks(
       path.join(root, blobRelativePath(blob.sha256)),
       blob.sizeBytes + 1,
-      path.join(await realpath(root), blobRelativePath(blob.sha256)),
+      path.join(await realpath(path.join(root, BLOBS_DIR)), path.relative(BLOBS_DIR, blobRelativePath(blob.sha256))),
     );
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT')
