@@ -90,7 +90,7 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     status: 502,
     message: 'The artifact store did not keep the bytes it was sent; nothing was published.',
     advice:
-      'The copy of an upload into its blob name is another object than the one uploaded: on S3 the server answered the copy with another object (replaced or damaged on the server); on a static-HTTP store without `MOVE` the `GET` of the staged upload came back with other bytes (cut short, rewritten by a proxy, replaced on the host). Nothing was published. Send the upload again; if it recurs, check the store and what stands between it and the gateway, and run `arkvory scrub`.',
+      'The copy of an upload into its blob name is another object than the one uploaded: on S3 the server answered the copy with another object (replaced or damaged on the server); on a static-HTTP store without `MOVE` the `GET` of the staged upload came back with other bytes (cut short, rewritten by a proxy, replaced on the host). Nothing was published. Send the upload again; if it recurs, check the store and what stands between it and the gateway, and run `arkvory scrub`. In the `unjudged` list of `arkvory scrub`: the blob was replaced between its read and its move to quarantine/, and nothing was moved; run scrub again.',
   },
   store_unreachable: {
     status: 503,

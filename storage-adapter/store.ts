@@ -116,23 +116,44 @@ export interface TreeEntry {
   readonly sizeBytes: number;
 }
 
+/** What a `StoreTree.read` answer said of the object it read (filled by the store). */
+export interface ReadHead {
+  /** The object's version (S3: its ETag, unquoted); unset on stores without versions. */
+  version?: string | undefined;
+}
+
+/** The object a caller read and judged, which a `StoreTree.move` must still find there. */
+export interface ExpectedObject {
+  readonly sha256: string;
+  readonly sizeBytes: number;
+  /** `ReadHead.version` of that read (S3). */
+  readonly version?: string | undefined;
+}
+
 /** Name-level access for offline maintenance (scrub, gc); paths are relative to the store root. */
 export interface StoreTree {
   /** Where the store is, for messages: a directory or a base URL. */
   readonly location: string;
   /** Entries of a directory; `[]` when it does not exist. */
   list(dir: string): Promise<TreeEntry[]>;
-  /** The file's bytes. The directory store reads a name that holds no regular file (a named pipe, a link) as none. */
-  read(file: string): AsyncIterable<Buffer>;
+  /**
+   * The file's bytes. The directory store reads a name that holds no regular file (a named pipe, a
+   * link) as none. With `head`, a store whose objects have versions (S3) sets `head.version` (the
+   * ETag the answer named) before the first chunk, so a move can be tied to the bytes read.
+   */
+  read(file: string, head?: ReadHead): AsyncIterable<Buffer>;
   /** Removes a file or a whole directory; a missing one is fine. */
   remove(target: string): Promise<void>;
   /**
    * Renames `from` to `to`. With `expected` (the size and sha256 of the bytes the caller read there),
    * a store that copies through us (the static-HTTP store without MOVE) checks the copy as it passes
    * and fails `stored_bytes_mismatch` on other bytes, writing nothing under `to` and leaving `from`;
-   * a rename (a directory, MOVE) or a server-side copy (S3) moves the object as it is.
+   * the S3 store, given the `version` its read named (`ReadHead`), copies and deletes only while
+   * `from` is still that object, else `stored_bytes_mismatch` with `from` left (s3-tree.ts
+   * moveObject says what window is left on a server without conditional DELETE); a rename (a
+   * directory, MOVE) moves the file as it is.
    */
-  move(from: string, to: string, expected?: { readonly sha256: string; readonly sizeBytes: number }): Promise<void>;
+  move(from: string, to: string, expected?: ExpectedObject): Promise<void>;
   /**
    * Object stores only (S3): uploads begun and never completed nor aborted (a process killed
    * mid-upload, a cut link). Invisible to listings and readers, but they hold space until aborted.

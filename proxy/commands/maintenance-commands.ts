@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { barrierHolderNames, tryLockExclusive } from '../../policy/lease/barriers.ts';
 import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage, type GcReport } from '../../storage-adapter/maintenance/gc.ts';
-import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
+import { scrubBlobs, type ScrubReport } from '../../storage-adapter/maintenance/scrub.ts';
 import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import { deleteSliceDigests, recordSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
 import type { StoreTree } from '../../storage-adapter/store.ts';
@@ -83,15 +83,31 @@ function gcSummary(report: GcReport): Record<string, number> {
   };
 }
 
+/**
+ * Exit code of a scrub that found no damage but left blobs unjudged (`ScrubReport.unjudged`: a blob
+ * replaced before its move): not 0, since not every blob was judged, and not 1,
+ * since nothing was found damaged; a script runs scrub again.
+ */
+export const EXIT_SCRUB_AGAIN = 4;
+
+/** 1 when any blob was corrupt or missing (that outweighs the rest), 4 when any was left unjudged, else 0. */
+export function scrubExitCode(report: ScrubReport): number {
+  if (report.corrupt.length > 0 || report.missing.length > 0) return 1;
+  return report.unjudged.length > 0 ? EXIT_SCRUB_AGAIN : 0;
+}
+
 export const scrubCommand: Command = defineCommand({
   name: 'scrub',
-  summary: 'offline: re-hash every blob, quarantine mismatches, name referenced blobs missing (exit 1 if any)',
+  summary:
+    'offline: re-hash every blob, quarantine mismatches, name referenced blobs missing (exit 1 if any, 4 if some left unjudged)',
   description: `Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs (or <ARKVORY_STORAGE_URL>/blobs)
 and moves any whose bytes do not match its sha256 name into quarantine/ (nothing is deleted). Records the
 per-slice digests the slice cache checks against (ARKVORY_CACHE_SLICE_BYTES) for blobs published before they
 were, and forgets those of quarantined blobs. Lists as missing every blob a catalog row references that
 the store does not hold (lost, or quarantined by an earlier scrub). Prints a JSON
-summary; exits 1 when any blob was corrupt or missing, 3 when none was but its audit entry was not recorded. Refuses at once while a gateway, worker or backup of the
+summary; exits 1 when any blob was corrupt or missing, 4 when none was but some were left unjudged
+("unjudged": a blob replaced between its read and its move to quarantine/; nothing of theirs was
+moved: run scrub again), 3 when none of these but its audit entry was not recorded. Refuses at once while a gateway, worker or backup of the
 database runs. Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway
 itself, and stops it after.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
@@ -115,7 +131,7 @@ Progress: a bar on a terminal, a log line every 5 s otherwise.`,
           });
           progress.done();
           process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-          const damaged = report.corrupt.length > 0 || report.missing.length > 0;
+          const exit = scrubExitCode(report);
           try {
             await recordCliAction(pool, {
               action: 'maintenance.scrub',
@@ -125,14 +141,21 @@ Progress: a bar on a terminal, a log line every 5 s otherwise.`,
                 first: report.corrupt.slice(0, 100),
                 missing: report.missing.length,
                 firstMissing: report.missing.slice(0, 100),
+                unjudged: report.unjudged.length,
+                firstUnjudged: report.unjudged.slice(0, 100),
               },
             });
           } catch (err) {
-            // Damage found outweighs a missing audit entry (exit 1, as restore's), which is said all the same.
-            if (!damaged || !(err instanceof AuditNotRecorded)) throw err;
+            // Damage found, or blobs to scrub again, outweigh a missing audit entry (exit 1 as
+            // restore's, or 4), which is said all the same.
+            if (exit === 0 || !(err instanceof AuditNotRecorded)) throw err;
             process.stderr.write(cliFailureLine(err));
           }
-          return damaged ? 1 : 0;
+          if (exit === EXIT_SCRUB_AGAIN)
+            process.stderr.write(
+              `arkvory scrub: ${report.unjudged.length} blob(s) left unjudged, nothing moved (listed under "unjudged"): run scrub again\n`,
+            );
+          return exit;
         });
       },
     }),

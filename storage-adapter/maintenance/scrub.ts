@@ -6,20 +6,44 @@
  */
 import { createHash } from 'node:crypto';
 import { createFsTree } from '../fs/index.ts';
-import type { StoreTree } from '../store.ts';
+import { StorageError, type StorageErrorCode } from '../errors.ts';
+import type { ReadHead, StoreTree } from '../store.ts';
 import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
 import { walkBlobs } from './walk-blobs.ts';
+
+/** Why a blob was left unjudged this run (`ScrubReport.unjudged`). */
+export type UnjudgedCode = Extract<StorageErrorCode, 'stored_bytes_mismatch'>;
 
 export interface ScrubReport {
   checked: number;
   bytes: number;
   corrupt: Array<{ blob: string; actualSha256: string; quarantinedAs: string }>;
   /**
-   * Blobs `referenced` names that the store does not hold (lost, or quarantined by an earlier scrub):
-   * their artifacts cannot be read until the blob is put back or they are deleted. A blob
+   * Blobs referenced (`referenced`) that the store does not hold (lost, or quarantined by an earlier
+   * scrub): their artifacts cannot be read until the blob is put back or they are deleted. A blob
    * quarantined by this run is in `corrupt` only.
    */
   missing: string[];
+  /**
+   * Blobs this run left under their names without a verdict, nothing moved: `stored_bytes_mismatch`,
+   * it was judged damaged but the object was replaced between the read and the move (a blob put
+   * back from a backup meanwhile), so the move was called off. A rerun judges them again.
+   */
+  unjudged: Array<{ blob: string; code: UnjudgedCode; message: string }>;
+}
+
+/** One whole read of `file`: its sha256, slice digests, byte count, and the version its answer named. */
+async function readBlob(tree: StoreTree, file: string, sliceBytes: number | undefined) {
+  const hash = createHash('sha256');
+  const slices = sliceBytes !== undefined ? new SliceHasher(sliceBytes) : undefined;
+  const head: ReadHead = {};
+  let bytes = 0;
+  for await (const chunk of tree.read(file, head)) {
+    hash.update(chunk);
+    slices?.update(chunk);
+    bytes += chunk.length;
+  }
+  return { sha256: hash.digest('hex'), slices, bytes, version: head.version };
 }
 
 /** `root` is a filesystem store root or any store's tree. */
@@ -31,7 +55,8 @@ export async function scrubBlobs(
     /**
      * With `sliceBytes`: called per blob after its check with its slice digests (computed in the
      * same read), or undefined when it was quarantined. Scrub's caller backfills the digests of
-     * blobs published before they were recorded, and forgets those of quarantined blobs.
+     * blobs published before they were recorded, and forgets those of quarantined blobs. Not
+     * called for a blob left unjudged.
      */
     sliceBytes?: number;
     onChecked?: (blob: string, digests: SliceDigests | undefined) => Promise<void>;
@@ -40,32 +65,30 @@ export async function scrubBlobs(
   } = {},
 ): Promise<ScrubReport> {
   const tree = typeof root === 'string' ? createFsTree(root) : root;
-  const report: ScrubReport = { checked: 0, bytes: 0, corrupt: [], missing: [] };
+  const report: ScrubReport = { checked: 0, bytes: 0, corrupt: [], missing: [], unjudged: [] };
   const seen = new Set<string>();
   for await (const blob of walkBlobs(tree)) {
     if (blob.isWellNamed) seen.add(blob.name);
-    const hash = createHash('sha256');
-    const slices = options.sliceBytes !== undefined ? new SliceHasher(options.sliceBytes) : undefined;
-    let read = 0;
-    for await (const chunk of tree.read(blob.file)) {
-      hash.update(chunk);
-      slices?.update(chunk);
-      read += chunk.length;
-    }
-    report.bytes += read;
-    const actual = hash.digest('hex');
+    const read = await readBlob(tree, blob.file, options.sliceBytes);
+    report.bytes += read.bytes;
     report.checked++;
-    if (!blob.isWellNamed || actual !== blob.name) {
+    if (!blob.isWellNamed || read.sha256 !== blob.name) {
       const target = `quarantine/${blob.name}.${(options.nowMs ?? Date.now)()}`;
-      // Quarantined are the bytes judged here and reported as `actualSha256`: a store that copies
-      // through us checks its copy against them (not against the name, which they fail by
-      // definition), so bytes that changed since this read (the file put back meanwhile, a read
-      // that ended short) fail the scrub with the file left under its name, never copied aside as
-      // other bytes and deleted.
-      await tree.move(blob.file, target, { sha256: actual, sizeBytes: read });
-      report.corrupt.push({ blob: blob.name, actualSha256: actual, quarantinedAs: target });
+      // Quarantined are the bytes judged here and reported as `actualSha256`: the move is tied to
+      // them (a store that copies through us checks its copy against their size and sha256; S3
+      // copies and deletes only the object version read), so bytes that changed since this read
+      // (the blob put back meanwhile) are left under their name, never moved aside and deleted.
+      try {
+        await tree.move(blob.file, target, { sha256: read.sha256, sizeBytes: read.bytes, version: read.version });
+      } catch (err) {
+        if (!(err instanceof StorageError) || err.code !== 'stored_bytes_mismatch') throw err;
+        report.unjudged.push({ blob: blob.name, code: err.code, message: err.message });
+        options.onProgress?.(report.checked, report.bytes);
+        continue;
+      }
+      report.corrupt.push({ blob: blob.name, actualSha256: read.sha256, quarantinedAs: target });
       await options.onChecked?.(blob.name, undefined);
-    } else if (slices) await options.onChecked?.(blob.name, slices.finish());
+    } else if (read.slices) await options.onChecked?.(blob.name, read.slices.finish());
     options.onProgress?.(report.checked, report.bytes);
   }
   for (const blob of options.referenced ?? []) if (!seen.has(blob)) report.missing.push(blob);

@@ -81,7 +81,12 @@ export interface S3Client {
   ): Promise<{ text: string; headers: Dispatcher.ResponseData['headers'] }>;
   /** Size and ETag (as `etagOf` reads it) of an object; undefined when it is absent. */
   head(key: string): Promise<{ sizeBytes: number; etag: string | undefined } | undefined>;
-  delete(key: string): Promise<void>;
+  /**
+   * Deletes `key` (absent is fine). With `ifMatch` (an ETag as `etagOf` reads it) a server with
+   * conditional DELETE deletes only that object (412 → `stored_bytes_mismatch`, nothing deleted);
+   * one without (MinIO) ignores the header and deletes whatever is there.
+   */
+  delete(key: string, ifMatch?: string): Promise<void>;
   /** Every object under `prefix` (ListObjectsV2, paged); with `delimiter` also the common prefixes. */
   list(prefix: string, delimiter?: string): AsyncGenerator<{ object?: ListedObject; commonPrefix?: string }>;
   /** Multipart uploads begun under `prefix` and neither completed nor aborted (ListMultipartUploads, paged). */
@@ -323,11 +328,19 @@ export function createS3Client(options: S3ClientOptions): S3Client {
       if (res.statusCode !== 200) throw storageErrorOfS3(res.statusCode, undefined, `HEAD ${key}`, bucket);
       return { sizeBytes: headLength(res.headers['content-length'], `HEAD ${key}`), etag: etagOf(res.headers.etag) };
     },
-    async delete(key) {
-      const res = await request({ method: 'DELETE', key });
+    async delete(key, ifMatch) {
+      const headers = ifMatch === undefined ? undefined : { 'if-match': `"${ifMatch}"` };
+      const res = await request({ method: 'DELETE', key, headers });
       if (res.statusCode === 204 || res.statusCode === 200 || res.statusCode === 404) {
         await drainBody(res.body, options.timeoutMs);
         return;
+      }
+      if (res.statusCode === 412 && ifMatch !== undefined) {
+        await drainBody(res.body, options.timeoutMs);
+        throw new StorageError(
+          'stored_bytes_mismatch',
+          `${key} is no longer the object with ETag ${ifMatch} (DELETE: 412); nothing was deleted.`,
+        );
       }
       throw await failure(res, `DELETE ${key}`);
     },

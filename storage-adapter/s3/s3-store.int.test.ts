@@ -15,6 +15,9 @@ import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
 import { S3_STORE_KINDS, s3Probe, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { createCatalog, type ArtifactKey } from '../catalog/catalog.ts';
 import { collectGarbage } from '../maintenance/gc.ts';
+import { scrubBlobs } from '../maintenance/scrub.ts';
+import type { StoreTree } from '../store.ts';
+import { s3Tree } from './s3-tree.ts';
 import { publishArtifact } from '../catalog/publish.ts';
 import { openS3Store, type S3Store } from './s3-store.ts';
 import { createS3Client } from './s3-client.ts';
@@ -849,6 +852,95 @@ server {
     } finally {
       await abortMultipart(client, 'tmp/if-match.upload', uploadId);
     }
+  });
+
+  it('scrub moves to quarantine/ only the object it read: one replaced before the copy, after it, or (with conditional DELETE) after the last HEAD stays under its name, unjudged (stored_bytes_mismatch)', async () => {
+    await writer();
+    // The run's shared client on the bucket: not closed here.
+    const raw = server.client();
+    const good = randomBytes(20_000);
+    const damaged = Buffer.from(good);
+    damaged[7]! ^= 1;
+    const hex = sha256(good);
+    const name = blobName(hex);
+    const put = (bytes: Buffer) => raw.expectOk({ method: 'PUT', key: name, body: bytes }, `PUT ${name}`);
+    const held = async () =>
+      sha256(Buffer.from(await (await raw.request({ method: 'GET', key: name })).body.arrayBuffer()));
+    /** The store's tree over `client` (a real client, some of its calls followed by a replacement of the blob). */
+    const treeOver = (client: typeof raw) =>
+      s3Tree(
+        {
+          client,
+          location: { bucket: raw.bucket, prefix: '' },
+          limits: S3_DEFAULT_LIMITS,
+          timeoutMs: 30_000,
+          keyOf: (r) => r,
+        },
+        's3://test/',
+      );
+    /** A client that puts the good bytes back under the blob name once `after` has happened. */
+    const replacing = (after: 'copy' | 'last-head') => {
+      let heads = 0;
+      return {
+        ...raw,
+        async request(r: Parameters<typeof raw.request>[0]) {
+          const res = await raw.request(r);
+          if (after === 'copy' && r.headers?.['x-amz-copy-source']) await put(good);
+          return res;
+        },
+        async head(key: string) {
+          const found = await raw.head(key);
+          // moveObject HEADs the source twice: before the copy, and right before the delete.
+          if (after === 'last-head' && key === name && ++heads === 2) await put(good);
+          return found;
+        },
+      };
+    };
+
+    // Put back (from a backup) after scrub's read, before its move: nothing is copied.
+    await put(damaged);
+    const direct = treeOver(raw);
+    const beforeMove: StoreTree = {
+      ...direct,
+      async move(from, to, expected) {
+        await put(good);
+        return direct.move(from, to, expected);
+      },
+    };
+    for (const tree of [beforeMove, treeOver(replacing('copy'))]) {
+      await put(damaged);
+      const report = await scrubBlobs(tree, { nowMs: () => 1 });
+      expect(report.corrupt).toEqual([]);
+      expect(report.unjudged).toEqual([{ blob: hex, code: 'stored_bytes_mismatch', message: expect.any(String) }]);
+      expect(await held()).toBe(hex);
+      expect(await listKeys(server, 'quarantine/')).toEqual([]);
+      // A rerun judges it again: healthy now.
+      expect(await scrubBlobs(direct, { nowMs: () => 2 })).toMatchObject({ checked: 1, corrupt: [], unjudged: [] });
+    }
+
+    // Put back between the HEAD before the delete and the DELETE: SeaweedFS refuses the
+    // conditional DELETE; MinIO ignores If-Match on DELETE, the window the docs name.
+    await put(damaged);
+    const report = await scrubBlobs(treeOver(replacing('last-head')), { nowMs: () => 3 });
+    if (kind === 'seaweedfs') {
+      expect(report.unjudged).toEqual([{ blob: hex, code: 'stored_bytes_mismatch', message: expect.any(String) }]);
+      expect(await held()).toBe(hex);
+      expect(await listKeys(server, 'quarantine/')).toEqual([]);
+    } else {
+      expect(report.corrupt).toEqual([
+        { blob: hex, actualSha256: sha256(damaged), quarantinedAs: `quarantine/${hex}.3` },
+      ]);
+      expect(await raw.head(name)).toBeUndefined();
+    }
+
+    // Nothing changing meanwhile: the damaged object is quarantined and its name emptied.
+    await raw.delete(`quarantine/${hex}.3`);
+    await put(damaged);
+    expect((await scrubBlobs(direct, { nowMs: () => 4 })).corrupt).toEqual([
+      { blob: hex, actualSha256: sha256(damaged), quarantinedAs: `quarantine/${hex}.4` },
+    ]);
+    expect(await raw.head(name)).toBeUndefined();
+    expect(await listKeys(server, 'quarantine/')).toEqual([`quarantine/${hex}.4`]);
   });
 
   it('gc aborts a multipart upload left open (a writer that died mid-upload)', async () => {

@@ -16,6 +16,7 @@ import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/htt
 import { etagOf, isTransientS3Answer, parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986, S3_MAX_MULTIPART_BYTES, S3_MAX_PART_BYTES, S3_MAX_PARTS } from './s3-location.ts';
 import { putOverSocket, readEmptyBody, type SocketWriteOptions } from './s3-socket-write.ts';
+import type { ReadHead } from '../store.ts';
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;
@@ -462,12 +463,16 @@ export function copyResultEtag(text: string, element: string, what: string, buck
   return etag;
 }
 
-/** The whole object, streamed; `not_found` when it is absent. */
+/**
+ * The whole object, streamed; `not_found` when it is absent. `head.version` is set to the answer's
+ * ETag before the first chunk (scrub ties its move to the object it read).
+ */
 export async function* readObject(
   client: S3Client,
   key: string,
   signal?: AbortSignal,
   ifMatch?: string,
+  head?: ReadHead,
 ): AsyncGenerator<Buffer> {
   const headers = ifMatch ? { 'if-match': ifMatch } : undefined;
   const res = await client.request({ method: 'GET', key, headers, signal, highWaterMark: 256 * 1024 });
@@ -476,6 +481,7 @@ export async function* readObject(
     throw new StorageError('stored_bytes_mismatch', `${key} is no longer the object uploaded (GET: 412).`);
   }
   if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
+  if (head) head.version = etagOf(res.headers.etag);
   try {
     for await (const chunk of res.body) yield chunk as Buffer;
   } catch (err) {

@@ -9,7 +9,7 @@ import { listedName } from '../streaming/listed-names.ts';
 import type { S3Client } from './s3-client.ts';
 import type { S3Location } from './s3-location.ts';
 import { abortMultipart, copyObject, readObject, uploadObject, type S3Limits } from './s3-transfer.ts';
-import type { PartStore, StoreTree, TreeEntry } from '../store.ts';
+import type { ExpectedObject, PartStore, StoreTree, TreeEntry } from '../store.ts';
 
 /** One prefix of one bucket, and how the store talks to it. */
 export interface S3Bucket {
@@ -29,13 +29,48 @@ export async function removeTree(bucket: S3Bucket, relative: string): Promise<vo
   for (const key of keys) await bucket.client.delete(key);
 }
 
-/** A server-side copy, then the delete of the source. */
-export async function moveObject(bucket: S3Bucket, from: string, to: string): Promise<void> {
+/**
+ * A server-side copy, then the delete of the source. With `expected.version` (the ETag of the read
+ * the caller judged) every step is tied to that object, so one replaced since (put back from a
+ * backup, published again) is neither copied aside nor deleted: the HEAD must name it, the copy is
+ * conditional on it (`x-amz-copy-source-if-match`), and so is the delete (`If-Match`: SeaweedFS
+ * and AWS honour it). MinIO ignores `If-Match` on DELETE, so a HEAD right before the delete checks
+ * again; what is left there is the time between that HEAD and the DELETE, a few milliseconds in
+ * which a replacement would still be deleted. Any mismatch is `stored_bytes_mismatch` with `from`
+ * left as it is and the copy, if one was made, removed again.
+ */
+export async function moveObject(bucket: S3Bucket, from: string, to: string, expected?: ExpectedObject): Promise<void> {
   const { client, keyOf } = bucket;
   const source = await client.head(keyOf(from));
   if (!source) throw new StorageError('not_found', `${from} is not on the S3 server.`);
-  await copyObject(client, keyOf(from), keyOf(to), source.sizeBytes, bucket.limits, bucket.timeoutMs);
-  await client.delete(keyOf(from));
+  const version = expected?.version;
+  if (version === undefined) {
+    await copyObject(client, keyOf(from), keyOf(to), source.sizeBytes, bucket.limits, bucket.timeoutMs);
+    await client.delete(keyOf(from));
+    return;
+  }
+  const changed = (what: string) =>
+    new StorageError(
+      'stored_bytes_mismatch',
+      `${from} is no longer the object read (ETag ${version}): ${what}; nothing was moved, it stays under its name.`,
+    );
+  if (source.etag !== version || source.sizeBytes !== expected?.sizeBytes)
+    throw changed(`HEAD names ETag ${source.etag ?? 'none'} and ${source.sizeBytes} bytes`);
+  await copyObject(client, keyOf(from), keyOf(to), source.sizeBytes, bucket.limits, bucket.timeoutMs, version).catch(
+    (err: unknown) => {
+      throw (err as StorageError).code === 'stored_bytes_mismatch' ? changed('the copy was refused (412)') : err;
+    },
+  );
+  try {
+    const now = await client.head(keyOf(from));
+    if (now?.etag !== version) throw changed(`replaced after the copy (ETag ${now?.etag ?? 'none'})`);
+    await client.delete(keyOf(from), version).catch((err: unknown) => {
+      throw (err as StorageError).code === 'stored_bytes_mismatch' ? changed('the delete was refused (412)') : err;
+    });
+  } catch (err) {
+    if ((err as StorageError).code === 'stored_bytes_mismatch') await client.delete(keyOf(to)).catch(() => {});
+    throw err;
+  }
 }
 
 export function s3Tree(bucket: S3Bucket, locationText: string): StoreTree {
@@ -63,7 +98,7 @@ export function s3Tree(bucket: S3Bucket, locationText: string): StoreTree {
       }
       return entries;
     },
-    read: (file) => readObject(client, keyOf(file)),
+    read: (file, head) => readObject(client, keyOf(file), undefined, undefined, head),
     async incompleteUploads() {
       const found: Array<{ name: string; abort(): Promise<void> }> = [];
       for await (const u of client.listMultipartUploads(location.prefix)) {
@@ -78,7 +113,7 @@ export function s3Tree(bucket: S3Bucket, locationText: string): StoreTree {
       await client.delete(keyOf(target));
       await removeTree(bucket, target);
     },
-    move: (from, to) => moveObject(bucket, from, to),
+    move: (from, to, expected) => moveObject(bucket, from, to, expected),
   };
 }
 
