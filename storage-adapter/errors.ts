@@ -92,6 +92,13 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     advice:
       'The copy of an upload into its blob name is another object than the one uploaded: on S3 the server answered the copy with another object (replaced or damaged on the server); on a static-HTTP store without `MOVE` the `GET` of the staged upload came back with other bytes (cut short, rewritten by a proxy, replaced on the host). Nothing was published. Send the upload again; if it recurs, check the store and what stands between it and the gateway, and run `arkvory scrub`. In the `unjudged` list of `arkvory scrub`: the blob was replaced between its read and its move to quarantine/, and nothing was moved; run scrub again.',
   },
+  read_incomplete: {
+    status: 502,
+    message:
+      'A read of an object from the artifact store ended with another number of bytes than the store lists for it.',
+    advice:
+      'The answer was cut short (a proxy or a link that ended it early with a clean end) or ran long, or the object changed between its listing and its read: its bytes were not judged and nothing was moved. Run `arkvory scrub` again; if it recurs for the same blob, check what stands between the store and the gateway.',
+  },
   store_unreachable: {
     status: 503,
     message: 'This gateway cannot reach its artifact store right now; retry shortly (another gateway may serve it).',

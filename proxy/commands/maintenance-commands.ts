@@ -84,8 +84,8 @@ function gcSummary(report: GcReport): Record<string, number> {
 }
 
 /**
- * Exit code of a scrub that found no damage but left blobs unjudged (`ScrubReport.unjudged`: a blob
- * replaced before its move): not 0, since not every blob was judged, and not 1,
+ * Exit code of a scrub that found no damage but left blobs unjudged (`ScrubReport.unjudged`: a read
+ * cut short, a blob replaced before its move): not 0, since not every blob was judged, and not 1,
  * since nothing was found damaged; a script runs scrub again.
  */
 export const EXIT_SCRUB_AGAIN = 4;
@@ -106,8 +106,9 @@ per-slice digests the slice cache checks against (ARKVORY_CACHE_SLICE_BYTES) for
 were, and forgets those of quarantined blobs. Lists as missing every blob a catalog row references that
 the store does not hold (lost, or quarantined by an earlier scrub). Prints a JSON
 summary; exits 1 when any blob was corrupt or missing, 4 when none was but some were left unjudged
-("unjudged": a blob replaced between its read and its move to quarantine/; nothing of theirs was
-moved: run scrub again), 3 when none of these but its audit entry was not recorded. Refuses at once while a gateway, worker or backup of the
+("unjudged": a read that ended with another size than the store lists, twice, or a blob replaced
+between its read and its move to quarantine/; nothing of theirs was moved: run scrub again), 3 when
+none of these but its audit entry was not recorded. Refuses at once while a gateway, worker or backup of the
 database runs. Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway
 itself, and stops it after.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,

@@ -9,8 +9,8 @@ const report = (corrupt: number, missing: number, unjudged: number) => ({
   missing: Array.from({ length: missing }, (_, i) => `m${i}`),
   unjudged: Array.from({ length: unjudged }, (_, i) => ({
     blob: `u${i}`,
-    code: 'stored_bytes_mismatch' as const,
-    message: 'replaced before its move',
+    code: 'read_incomplete' as const,
+    message: 'cut short',
   })),
 });
 

@@ -181,6 +181,81 @@ describe('static-HTTP store (nginx)', () => {
     }
   });
 
+  it('scrub through a proxy that answers a blob short or long with a clean end leaves it unjudged (read_incomplete), never quarantined; a read whole on the second try is judged', async () => {
+    const nginx = await startStaticStore();
+    // A second nginx in front of the store rewrites the blobs it answers (sub_filter, chunked with a
+    // clean end): one marker into nothing (cut short), another into more bytes (running long).
+    const cut = 'ARKVORY-CUT-SHORT-MARKER';
+    const long = 'ARKVORY-RUNS-LONG-MARKER';
+    const dir = await makeTempDir('arkvory-cutting-proxy-');
+    const port = await freeLoopbackPort();
+    const upstream = `http://127.0.0.1:${nginx.port}`;
+    const conf = await writeNginxConf(dir, {
+      http: `server {
+  listen 127.0.0.1:${port};
+  location /arkvory/blobs/ {
+    proxy_pass ${upstream};
+    sub_filter_types *;
+    sub_filter_once off;
+    sub_filter '${cut}' '';
+    sub_filter '${long}' '${long}${long}';
+  }
+  location / { proxy_pass ${upstream}; }
+}`,
+    });
+    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (cuts GETs)' });
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    try {
+      await waitForHttp(`http://127.0.0.1:${port}/arkvory/`, { process: front, isReady: (status) => status < 500 });
+      const direct = await freshWriterStore(nginx.url);
+      const proxied = await openHttpStore({
+        url: `http://127.0.0.1:${port}/arkvory/`,
+        role: 'reader',
+        pool: db.pool,
+        connectTimeoutMs: 1000,
+        timeoutMs: 5000,
+      });
+      try {
+        const healthy = [cut, long].map((marker) =>
+          Buffer.concat([randomBytes(30_000), Buffer.from(marker), randomBytes(30_000)]),
+        );
+        for (const bytes of healthy) {
+          const file = path.join(nginx.root, blobRelativePath(sha(bytes)));
+          await mkdir(path.dirname(file), { recursive: true });
+          await writeFile(file, bytes);
+        }
+        const report = await scrubBlobs(proxied.tree, { nowMs: () => 1 });
+        expect(report.corrupt).toEqual([]);
+        expect(report.checked).toBe(0);
+        expect(report.unjudged.map((u) => [u.blob, u.code]).sort()).toEqual(
+          healthy.map((b) => [sha(b), 'read_incomplete']).sort(),
+        );
+        expect(await readdir(nginx.root)).not.toContain('quarantine');
+        for (const bytes of healthy)
+          expect(sha(await readFile(path.join(nginx.root, blobRelativePath(sha(bytes)))))).toBe(sha(bytes));
+
+        // Cut short once only (the proxy, then the store itself): judged on the second read, healthy.
+        const reads = new Map<string, number>();
+        const onceCut: StoreTree = {
+          ...direct.tree,
+          read(file, head) {
+            reads.set(file, (reads.get(file) ?? 0) + 1);
+            return (reads.get(file) === 1 ? proxied.tree : direct.tree).read(file, head);
+          },
+        };
+        const again = await scrubBlobs(onceCut, { nowMs: () => 2 });
+        expect(again).toMatchObject({ checked: 2, corrupt: [], unjudged: [] });
+        expect([...reads.values()]).toEqual([2, 2]);
+      } finally {
+        await proxied.close();
+        await direct.close();
+      }
+    } finally {
+      await front.stop();
+      await nginx.stop();
+    }
+  });
+
   it('a store that answers an upload before it had the whole body (nginx `return 201`) is a failure, never a staged blob', async () => {
     const nginx = await startStaticStore();
     // A second nginx in front of the store answers every PUT under tmp/ at once, reading nothing;

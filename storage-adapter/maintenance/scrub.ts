@@ -12,9 +12,10 @@ import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
 import { walkBlobs } from './walk-blobs.ts';
 
 /** Why a blob was left unjudged this run (`ScrubReport.unjudged`). */
-export type UnjudgedCode = Extract<StorageErrorCode, 'stored_bytes_mismatch'>;
+export type UnjudgedCode = Extract<StorageErrorCode, 'read_incomplete' | 'stored_bytes_mismatch'>;
 
 export interface ScrubReport {
+  /** Blobs read whole and judged (those in `unjudged` for a read that never came whole are not). */
   checked: number;
   bytes: number;
   corrupt: Array<{ blob: string; actualSha256: string; quarantinedAs: string }>;
@@ -25,12 +26,17 @@ export interface ScrubReport {
    */
   missing: string[];
   /**
-   * Blobs this run left under their names without a verdict, nothing moved: `stored_bytes_mismatch`,
-   * it was judged damaged but the object was replaced between the read and the move (a blob put
-   * back from a backup meanwhile), so the move was called off. A rerun judges them again.
+   * Blobs this run left under their names without a verdict, nothing moved: `read_incomplete`, its
+   * read (twice) ended with another number of bytes than the listing gives (an answer cut short with
+   * a clean end is no damage of the blob); `stored_bytes_mismatch`, it was judged damaged but the
+   * object was replaced between the read and the move (a blob put back from a backup meanwhile), so
+   * the move was called off. A rerun judges them again.
    */
   unjudged: Array<{ blob: string; code: UnjudgedCode; message: string }>;
 }
+
+/** Reads of one blob whose byte count differs from its listed size before it is left unjudged. */
+const READ_ATTEMPTS = 2;
 
 /** One whole read of `file`: its sha256, slice digests, byte count, and the version its answer named. */
 async function readBlob(tree: StoreTree, file: string, sliceBytes: number | undefined) {
@@ -69,8 +75,24 @@ export async function scrubBlobs(
   const seen = new Set<string>();
   for await (const blob of walkBlobs(tree)) {
     if (blob.isWellNamed) seen.add(blob.name);
-    const read = await readBlob(tree, blob.file, options.sliceBytes);
+    // A read is judged only when it brought as many bytes as the listing gives: one cut short with a
+    // clean end (a proxy, a flaky link) or running long hashes to another digest without the blob
+    // being damaged. Such a read is tried once more, then left unjudged, never quarantined.
+    let read = await readBlob(tree, blob.file, options.sliceBytes);
     report.bytes += read.bytes;
+    for (let attempt = 1; read.bytes !== blob.sizeBytes && attempt < READ_ATTEMPTS; attempt++) {
+      read = await readBlob(tree, blob.file, options.sliceBytes);
+      report.bytes += read.bytes;
+    }
+    if (read.bytes !== blob.sizeBytes) {
+      report.unjudged.push({
+        blob: blob.name,
+        code: 'read_incomplete',
+        message: `${blob.file}: ${READ_ATTEMPTS} reads ended at ${read.bytes} bytes, the store lists ${blob.sizeBytes}; not judged, nothing moved.`,
+      });
+      options.onProgress?.(report.checked, report.bytes);
+      continue;
+    }
     report.checked++;
     if (!blob.isWellNamed || read.sha256 !== blob.name) {
       const target = `quarantine/${blob.name}.${(options.nowMs ?? Date.now)()}`;
