@@ -386,6 +386,74 @@ describe('the console in chromium', () => {
     }
   });
 
+  it('keeps what "more" read while the 10-second refresh of the same view was on its way', async () => {
+    const crowded = (
+      await db.pool.query<{ id: string }>(`INSERT INTO arkvory_principals (name) VALUES ('crowded') RETURNING id`)
+    ).rows[0]!.id;
+    await db.pool.query(
+      `INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes, created_at)
+         SELECT 'c' || lpad(i::text, 15, '0'), $1, sha256(i::text::bytea), '{read}', now() + i * interval '1 millisecond'
+           FROM generate_series(1, 101) i`,
+      [crowded],
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_principal_groups (name) SELECT 'xx-' || lpad(i::text, 3, '0') FROM generate_series(1, 101) i`,
+    );
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    try {
+      const clocked = await context.newPage();
+      clocked.setDefaultTimeout(15_000);
+      await clocked.clock.install();
+      await clocked.goto(`${writer.url}/console/`);
+      await clocked.fill('#admin-key', adminKey);
+      await clocked.click('#sign-in-form button[type=submit]');
+      await clocked.waitForSelector('#app', { state: 'visible' });
+      await clocked.waitForLoadState('networkidle');
+      // The timer's reads of each view's first page are held until the test lets them go.
+      const held = new Map<string, () => void>();
+      const heldSeen = new Map<string, Promise<void>>();
+      for (const view of ['/console/api/access', '/console/api/ceilings']) {
+        let seen!: () => void;
+        heldSeen.set(view, new Promise<void>((resolve) => (seen = resolve)));
+        const release = new Promise<void>((resolve) => held.set(view, resolve));
+        await clocked.route(
+          (url) => url.pathname === view && url.search === '',
+          async (route) => {
+            seen();
+            await release;
+            await route.continue();
+          },
+        );
+      }
+      const answered = (view: string) =>
+        clocked.waitForResponse((r) => new URL(r.url()).pathname === view && new URL(r.url()).search === '');
+      const row = clocked.locator('#principal-rows tr[data-principal="crowded"]');
+      const lastKey = row.locator('li[data-key="c000000000000101"]');
+      const lastGroup = clocked.locator('#group-rows tr[data-group="xx-101"]');
+      await clocked.clock.runFor(10_000);
+      // The access view's refresh is on its way; "more keys" is asked for and answered meanwhile.
+      await heldSeen.get('/console/api/access');
+      await row.locator('button[data-more-keys="crowded"]').click();
+      await lastKey.waitFor();
+      const accessAnswered = answered('/console/api/access');
+      held.get('/console/api/access')!();
+      await accessAnswered;
+      // The ceilings view's refresh follows: the same with "more groups".
+      await heldSeen.get('/console/api/ceilings');
+      await clocked.click('#more-groups');
+      await lastGroup.waitFor();
+      const ceilingsAnswered = answered('/console/api/ceilings');
+      held.get('/console/api/ceilings')!();
+      await ceilingsAnswered;
+      await clocked.waitForLoadState('networkidle');
+      expect([await lastKey.count(), await lastGroup.count()]).toEqual([1, 1]);
+    } finally {
+      await context.close();
+      await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [crowded]);
+      await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name LIKE 'xx-%'`);
+    }
+  });
+
   it('shows usage statistics: the most downloaded, the ones not downloaded for N days, and each principal by day', async () => {
     const put = (name: string) =>
       request(`${writer.url}/api/v1/repositories/libs/artifacts/${name}`, {

@@ -586,11 +586,47 @@ async function deleteRule(limiter, name) {
 /** The cursor of the next page of principals (null: all shown). The view is paged by the server. */
 let principalsCursor = null;
 /**
- * Whether the operator read past the view's first page (more principals, keys or grants): the
- * timer then leaves the view alone, since reading it again would drop what was asked for; a change
- * made on the page reads it afresh.
+ * A view the operator can read past its first page ("more" buttons). Once they have, the timer's
+ * refresh leaves it alone, since reading it again would drop what was asked for; so it does while a
+ * "more" read is on its way, and when one was asked for while the timer's read was (whichever answer
+ * comes last). A change made on the page reads the view afresh, and a "more" answer for the view as
+ * it was before is dropped (its button is drawn again).
  */
-let accessExpanded = false;
+class PagedView {
+  expanded = false;
+  #reading = 0;
+  #version = 0;
+
+  /** Whether the timer may read the view afresh now. */
+  get timerMay() {
+    return !this.expanded && this.#reading === 0;
+  }
+
+  /** Applies a first page read afresh, unless the timer read it and the operator asked for more since. */
+  fresh(fromTimer, apply) {
+    if (fromTimer && !this.timerMay) return;
+    this.#version++;
+    this.expanded = false;
+    apply();
+  }
+
+  /** Reads a next page and applies it, if the view is still the one it continues. */
+  async more(read, apply) {
+    const version = this.#version;
+    this.#reading++;
+    try {
+      const data = await read();
+      if (version !== this.#version) return;
+      this.expanded = true;
+      apply(data);
+    } finally {
+      this.#reading--;
+    }
+  }
+}
+
+/** The access view (principals, their keys and grants). */
+const accessView = new PagedView();
 
 /**
  * The repositories the selects offer (grant, repository ceilings): the view's first page, or those
@@ -606,50 +642,61 @@ const REPOSITORY_PAGE = 1000;
 
 /** `fromTimer`: the periodic refresh, which leaves a view read past its first page as it is. */
 async function refreshAccess(fromTimer = false) {
-  if (!(fromTimer && accessExpanded)) {
+  if (!fromTimer || accessView.timerMay) {
     const data = await api('GET', '/console/api/access');
-    principals = data.principals;
-    principalsCursor = data.nextCursor;
-    accessExpanded = false;
-    if (repositoryPrefix === null) {
-      pickerRepositories = data.repositories;
-      pickerCursor = data.repositoriesNextCursor;
-      renderRepositories();
-    }
-    renderPrincipals();
+    accessView.fresh(fromTimer, () => {
+      principals = data.principals;
+      principalsCursor = data.nextCursor;
+      if (repositoryPrefix === null) {
+        pickerRepositories = data.repositories;
+        pickerCursor = data.repositoriesNextCursor;
+        renderRepositories();
+      }
+      renderPrincipals();
+    });
   }
   await refreshCeilings(fromTimer);
 }
 
 async function morePrincipals() {
   if (!principalsCursor) return;
-  const data = await api('GET', `/console/api/access?cursor=${encodeURIComponent(principalsCursor)}`, undefined, true);
-  principals = principals.concat(data.principals);
-  principalsCursor = data.nextCursor;
-  accessExpanded = true;
-  renderPrincipals();
+  const cursor = principalsCursor;
+  await accessView.more(
+    () => api('GET', `/console/api/access?cursor=${encodeURIComponent(cursor)}`, undefined, true),
+    (data) => {
+      principals = principals.concat(data.principals);
+      principalsCursor = data.nextCursor;
+      renderPrincipals();
+    },
+  );
 }
 
 /** The next page of a principal's keys (GET /console/api/principals/{principal}/keys). */
 async function moreKeys(p) {
   if (!p.keysNextCursor) return;
   const path = `/console/api/principals/${enc(p.id)}/keys?cursor=${enc(p.keysNextCursor)}`;
-  const data = await api('GET', path, undefined, true);
-  p.keys = p.keys.concat(data.keys);
-  p.keysNextCursor = data.nextCursor;
-  accessExpanded = true;
-  renderPrincipals();
+  await accessView.more(
+    () => api('GET', path, undefined, true),
+    (data) => {
+      p.keys = p.keys.concat(data.keys);
+      p.keysNextCursor = data.nextCursor;
+      renderPrincipals();
+    },
+  );
 }
 
 /** The next page of a principal's grants (GET /console/api/grants?principal=). */
 async function moreGrants(p) {
   if (!p.grantsNextCursor) return;
   const path = `/console/api/grants?principal=${enc(p.id)}&cursor=${enc(p.grantsNextCursor)}`;
-  const data = await api('GET', path, undefined, true);
-  p.grants = p.grants.concat(data.grants.map((g) => ({ repository: g.repository, permission: g.permission })));
-  p.grantsNextCursor = data.nextCursor;
-  accessExpanded = true;
-  renderPrincipals();
+  await accessView.more(
+    () => api('GET', path, undefined, true),
+    (data) => {
+      p.grants = p.grants.concat(data.grants.map((g) => ({ repository: g.repository, permission: g.permission })));
+      p.grantsNextCursor = data.nextCursor;
+      renderPrincipals();
+    },
+  );
 }
 
 /** Reads the repositories starting with the prefix asked for (all when it is empty). */
@@ -956,48 +1003,60 @@ let ceilingGroups = [];
 let groupsCursor = null;
 let ceilingRepositories = [];
 let repositoriesCursor = null;
-/** Whether more than the first page was read: as `accessExpanded`, the timer then leaves the view alone. */
-let ceilingsExpanded = false;
+/** The ceilings view, paged as the access view is. */
+const ceilingsView = new PagedView();
 
 /** `fromTimer`: the periodic refresh, which leaves a view read past its first page as it is. */
 async function refreshCeilings(fromTimer = false) {
-  if (fromTimer && ceilingsExpanded) return;
+  if (fromTimer && !ceilingsView.timerMay) return;
   const data = await api('GET', '/console/api/ceilings');
-  ceilingsExpanded = false;
-  ceilingGroups = data.groups;
-  groupsCursor = data.groupsNextCursor;
-  ceilingRepositories = data.repositories;
-  repositoriesCursor = data.repositoriesNextCursor;
-  renderGroups();
-  renderRepositoryCeilings();
+  ceilingsView.fresh(fromTimer, () => {
+    ceilingGroups = data.groups;
+    groupsCursor = data.groupsNextCursor;
+    ceilingRepositories = data.repositories;
+    repositoriesCursor = data.repositoriesNextCursor;
+    renderGroups();
+    renderRepositoryCeilings();
+  });
 }
 
 async function moreGroups() {
   if (!groupsCursor) return;
-  const data = await api('GET', `/console/api/groups?cursor=${enc(groupsCursor)}`, undefined, true);
-  ceilingGroups = ceilingGroups.concat(data.groups);
-  groupsCursor = data.nextCursor;
-  ceilingsExpanded = true;
-  renderGroups();
+  const cursor = groupsCursor;
+  await ceilingsView.more(
+    () => api('GET', `/console/api/groups?cursor=${enc(cursor)}`, undefined, true),
+    (data) => {
+      ceilingGroups = ceilingGroups.concat(data.groups);
+      groupsCursor = data.nextCursor;
+      renderGroups();
+    },
+  );
 }
 
 async function moreMembers(group) {
   if (!group.membersNextCursor) return;
   const path = `/console/api/groups/${enc(group.name)}/members?cursor=${enc(group.membersNextCursor)}`;
-  const data = await api('GET', path, undefined, true);
-  group.members = group.members.concat(data.members);
-  group.membersNextCursor = data.nextCursor;
-  ceilingsExpanded = true;
-  renderGroups();
+  await ceilingsView.more(
+    () => api('GET', path, undefined, true),
+    (data) => {
+      group.members = group.members.concat(data.members);
+      group.membersNextCursor = data.nextCursor;
+      renderGroups();
+    },
+  );
 }
 
 async function moreRepositoryCeilings() {
   if (!repositoriesCursor) return;
-  const data = await api('GET', `/console/api/repository-ceilings?cursor=${enc(repositoriesCursor)}`, undefined, true);
-  ceilingRepositories = ceilingRepositories.concat(data.repositories);
-  repositoriesCursor = data.nextCursor;
-  ceilingsExpanded = true;
-  renderRepositoryCeilings();
+  const cursor = repositoriesCursor;
+  await ceilingsView.more(
+    () => api('GET', `/console/api/repository-ceilings?cursor=${enc(cursor)}`, undefined, true),
+    (data) => {
+      ceilingRepositories = ceilingRepositories.concat(data.repositories);
+      repositoriesCursor = data.nextCursor;
+      renderRepositoryCeilings();
+    },
+  );
 }
 
 function renderGroups() {
