@@ -334,21 +334,29 @@ describe('the console in chromium', () => {
     expect(await grantOptions.count()).toBe(1);
   });
 
-  it('keeps what "more" read when the 10-second refresh comes, and reads both views afresh after a change', async () => {
-    // 101 keys and 101 groups more: one past the page of each the views show.
-    const stacked = (
-      await db.pool.query<{ id: string }>(`INSERT INTO arkvory_principals (name) VALUES ('stacked') RETURNING id`)
+  /**
+   * A principal `name` with 101 keys (ids `<keyPrefix>000…001` to `…101`) and 101 groups named
+   * `<groupPrefix>001` to `…101`: one past the page of each the views show. Signed in on a page of
+   * its own whose timers run on a clock the test moves.
+   */
+  async function pastFirstPages(name: string, keyPrefix: string, groupPrefix: string) {
+    const id = (
+      await db.pool.query<{ id: string }>(`INSERT INTO arkvory_principals (name) VALUES ($1) RETURNING id`, [name])
     ).rows[0]!.id;
     await db.pool.query(
       `INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes, created_at)
-         SELECT 's' || lpad(i::text, 15, '0'), $1, sha256(i::text::bytea), '{read}', now() + i * interval '1 millisecond'
+         SELECT $2 || lpad(i::text, 15, '0'), $1, sha256(i::text::bytea), '{read}', now() + i * interval '1 millisecond'
            FROM generate_series(1, 101) i`,
-      [stacked],
+      [id, keyPrefix],
     );
     await db.pool.query(
-      `INSERT INTO arkvory_principal_groups (name) SELECT 'yy-' || lpad(i::text, 3, '0') FROM generate_series(1, 101) i`,
+      `INSERT INTO arkvory_principal_groups (name) SELECT $1 || lpad(i::text, 3, '0') FROM generate_series(1, 101) i`,
+      [groupPrefix],
     );
-    // A page of its own, with the page's timers on a clock the test moves.
+    const cleanUp = async () => {
+      await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [id]);
+      await db.pool.query('DELETE FROM arkvory_principal_groups WHERE starts_with(name, $1)', [groupPrefix]);
+    };
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
     try {
       const clocked = await context.newPage();
@@ -358,6 +366,17 @@ describe('the console in chromium', () => {
       await clocked.fill('#admin-key', adminKey);
       await clocked.click('#sign-in-form button[type=submit]');
       await clocked.waitForSelector('#app', { state: 'visible' });
+      return { context, clocked, cleanUp };
+    } catch (err) {
+      await context.close();
+      await cleanUp();
+      throw err;
+    }
+  }
+
+  it('keeps what "more" read when the 10-second refresh comes, and reads both views afresh after a change', async () => {
+    const { context, clocked, cleanUp } = await pastFirstPages('stacked', 's', 'yy-');
+    try {
       const row = clocked.locator('#principal-rows tr[data-principal="stacked"]');
       const lastKey = row.locator('li[data-key="s000000000000101"]');
       const lastGroup = clocked.locator('#group-rows tr[data-group="yy-101"]');
@@ -381,33 +400,13 @@ describe('the console in chromium', () => {
       await lastGroup.waitFor({ state: 'detached' });
     } finally {
       await context.close();
-      await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [stacked]);
-      await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name LIKE 'yy-%'`);
+      await cleanUp();
     }
   });
 
   it('keeps what "more" read while the 10-second refresh of the same view was on its way', async () => {
-    const crowded = (
-      await db.pool.query<{ id: string }>(`INSERT INTO arkvory_principals (name) VALUES ('crowded') RETURNING id`)
-    ).rows[0]!.id;
-    await db.pool.query(
-      `INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes, created_at)
-         SELECT 'c' || lpad(i::text, 15, '0'), $1, sha256(i::text::bytea), '{read}', now() + i * interval '1 millisecond'
-           FROM generate_series(1, 101) i`,
-      [crowded],
-    );
-    await db.pool.query(
-      `INSERT INTO arkvory_principal_groups (name) SELECT 'xx-' || lpad(i::text, 3, '0') FROM generate_series(1, 101) i`,
-    );
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const { context, clocked, cleanUp } = await pastFirstPages('crowded', 'c', 'xx-');
     try {
-      const clocked = await context.newPage();
-      clocked.setDefaultTimeout(15_000);
-      await clocked.clock.install();
-      await clocked.goto(`${writer.url}/console/`);
-      await clocked.fill('#admin-key', adminKey);
-      await clocked.click('#sign-in-form button[type=submit]');
-      await clocked.waitForSelector('#app', { state: 'visible' });
       await clocked.waitForLoadState('networkidle');
       // The timer's reads of each view's first page are held until the test lets them go.
       const held = new Map<string, () => void>();
@@ -449,8 +448,7 @@ describe('the console in chromium', () => {
       expect([await lastKey.count(), await lastGroup.count()]).toEqual([1, 1]);
     } finally {
       await context.close();
-      await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [crowded]);
-      await db.pool.query(`DELETE FROM arkvory_principal_groups WHERE name LIKE 'xx-%'`);
+      await cleanUp();
     }
   });
 
