@@ -95,7 +95,7 @@ export class Http2Response extends http2.Http2ServerResponse {
           if (!this.hasHeader(early[i]!) && !isGiven(given, early[i]!)) super.setHeader(early[i]!, early[i + 1]!);
       return super.writeHead(statusCode, withoutConnectionHeaders(given) as OutgoingHttpHeaders);
     }
-    // The setter refuses what node:http2 refuses (1xx, out of range); `getHeader('status')` readers see it.
+    // The setter refuses what node:http2 refuses (1xx, out of range); `statusCode` readers (the audit) see it.
     this.statusCode = statusCode;
     const list: OutgoingHttpHeader[] = [':status', statusCode];
     if (early !== undefined)
