@@ -553,7 +553,21 @@ server {
       await front.stop();
       throw err;
     }
-    return { endpoint: `http://127.0.0.1:${port}`, stop: () => front.stop() };
+    const endpoint = `http://127.0.0.1:${port}`;
+    /** A writer store on the whole bucket, reached through the front. */
+    const store = (socketWrites?: boolean) =>
+      openS3Store({
+        location: { bucket: server.bucket, prefix: '' },
+        endpoint,
+        region: server.region,
+        credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
+        connectTimeoutMs: 2000,
+        timeoutMs: 30_000,
+        role: 'writer',
+        pool: db.pool,
+        ...(socketWrites === undefined ? {} : { socketWrites }),
+      });
+    return { endpoint, store, stop: () => front.stop() };
   }
 
   it('a PUT answered with success but without an ETag (a proxy answering 200 to anything) is a failed write: nothing staged, nothing published', async () => {
@@ -565,17 +579,7 @@ server {
     try {
       const bytes = randomBytes(MiB + 5);
       for (const socketWrites of [true, false]) {
-        const store = await openS3Store({
-          location: { bucket: server.bucket, prefix: '' },
-          endpoint: front.endpoint,
-          region: server.region,
-          credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
-          connectTimeoutMs: 2000,
-          timeoutMs: 30_000,
-          role: 'writer',
-          pool: db.pool,
-          socketWrites,
-        });
+        const store = await front.store(socketWrites);
         try {
           // Straight under the blob name (a declared sha256, a free key; one PUT, or a body of no
           // length, a PUT too at this size), and to tmp/.
@@ -746,16 +750,7 @@ server {
       `^POST\\|uploadId=[^|]*\\|\\|/${server.bucket}/blobs/`,
       `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>${server.bucket}</Bucket><Key>${blobName(sha256(whole))}</Key></CompleteMultipartUploadResult>`,
     );
-    const fronted = await openS3Store({
-      location: { bucket: server.bucket, prefix: '' },
-      endpoint: front.endpoint,
-      region: server.region,
-      credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
-      connectTimeoutMs: 2000,
-      timeoutMs: 30_000,
-      role: 'writer',
-      pool: db.pool,
-    });
+    const fronted = await front.store();
     try {
       const catalog = createCatalog(db.pool);
       await expect(
