@@ -1,3 +1,4 @@
+import type pg from 'pg';
 /**
  * Multipart uploads on the writer: open a session on a target path, PUT parts (each paced and
  * admitted like a full upload), complete with the ordered part list (202 and a job the completion
@@ -196,21 +197,23 @@ export function multipartRoutes(deps: {
         // The session's quota hold counts from the queuing of its completion until the worker ends
         // it, however long it waits: ended at the session's expiry, its room could go to another
         // upload while the completion is still to publish (and then fails for want of it).
-        const job = await sessions.complete(
-          scopeOf(ctx),
-          upload,
-          body.parts,
-          quotas ? { queued: (client) => quotas.holdUntilCompleted(upload, client) } : {},
-        );
+        // Recorded once the job is queued: a failure after it (the notice to the worker, the read of
+        // the session for the answer) answers an error, but the artifact is on its way all the same.
+        const job = await sessions.complete(scopeOf(ctx), upload, body.parts, {
+          ...(quotas ? { queued: (client: pg.PoolClient) => quotas.holdUntilCompleted(upload, client) } : {}),
+          committed: (queued) => {
+            ctx.actionTaken = true;
+            ctx.auditDetails = {
+              outcome: 'completing',
+              upload,
+              job: queued.jobId,
+              sizeBytes: queued.totalBytes,
+              // The same completion asked for again (its first answer lost): nothing more was queued.
+              ...(queued.again ? { again: true } : {}),
+            };
+          },
+        });
         const session = await sessions.get(scopeOf(ctx), upload);
-        ctx.auditDetails = {
-          outcome: 'completing',
-          upload,
-          job: job.jobId,
-          sizeBytes: job.totalBytes,
-          // The same completion asked for again (its first answer lost): nothing more was queued.
-          ...(job.again ? { again: true } : {}),
-        };
         sendJson(
           ctx.res,
           202,

@@ -456,13 +456,18 @@ export class UploadSessions {
    * list sent again once the session is `completing`, `done` or `failed` answers that job, queuing
    * nothing: a client whose 202 was lost retries, as S3 clients retry CompleteMultipartUpload, and
    * must learn of the completion it began, not get 409. Another list is still `conflict`. `queued`
-   * runs in the transaction that queues the job, for what must begin with it (its quota hold).
+   * runs in the transaction that queues the job, for what must begin with it (its quota hold);
+   * `committed` once that transaction committed (or the same completion was found), before the
+   * worker is notified: from then on the completion is under way whatever fails after.
    */
   async complete(
     scope: SessionScope,
     id: string,
     listedParts: unknown,
-    options: { queued?: (client: pg.PoolClient) => Promise<void> } = {},
+    options: {
+      queued?: (client: pg.PoolClient) => Promise<void>;
+      committed?: (job: { jobId: string; totalBytes: number; again?: true }) => void;
+    } = {},
   ): Promise<{ jobId: string; totalBytes: number; again?: true }> {
     // Not an id we issue (PostgreSQL would refuse it as a uuid with a 500): no such upload.
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
@@ -499,6 +504,7 @@ export class UploadSessions {
       await options.queued?.(client);
       return { jobId: job.rows[0]!.id, totalBytes: plan.totalBytes };
     });
+    options.committed?.(queued);
     if ('again' in queued) return queued;
     await this.#pool.query(`SELECT pg_notify('arkvory_upload_jobs', $1)`, [queued.jobId]);
     return queued;
