@@ -48,3 +48,13 @@ export function publishedRuleNames(batch: unknown): Record<string, string[]> {
     }),
   );
 }
+
+/**
+ * What an override set holds: how many rules and their names, the same from the rules service's
+ * route and the CLI (a reader of the trail sees which rules a subject was given, not only that it
+ * was given some).
+ */
+export const overrideDetails = (rules: ReadonlyArray<{ readonly name: string }>) => ({
+  rules: rules.length,
+  names: rules.map((r) => r.name),
+});

@@ -335,6 +335,8 @@ describe('every action leaves exactly one row', () => {
       { target: { scope: 'repository', subject: 'au3' }, details: { limitBytes: 1024 * 1024 } },
       { target: { scope: 'repository', subject: 'au3' }, details: {} },
     ]);
+    // What an override set holds: how many rules and their names, as the rules service's route records it (below).
+    expect(cliRows.find((r) => r.action === 'rule_override.set')!.details).toEqual({ rules: 1, names: ['ok_rule'] });
   }, 300_000);
 
   it("through the rules service's admin API", async () => {
@@ -354,6 +356,12 @@ describe('every action leaves exactly one row', () => {
       expect(put.status, await put.text()).toBe(200);
       expected.push({ action: 'rule_override.set', kind: 'principal' });
       expect(await rowCount()).toBe(expected.length);
+      // The rules set, as the CLI's row says them (above): before, the route's row held none.
+      expect((await rows()).at(-1)).toMatchObject({
+        action: 'rule_override.set',
+        target: { service: 'beta', limiter: 'gateway_request', kind: 'principal', subject: writerAccount.principalId },
+        details: { rules: 1, names: ['svc_rule'] },
+      });
       const removed = await fetch(url, { method: 'DELETE', headers: bearer(admin.key) });
       expect(removed.status).toBe(204);
       expected.push({ action: 'rule_override.remove', kind: 'principal' });

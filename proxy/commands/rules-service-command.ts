@@ -123,6 +123,7 @@ async function overrides(
   const { openCliPool } = await import('./cli-database.ts');
   const pool = await openCliPool(env);
   const { recordCliAction } = await import('./cli-audit.ts');
+  const { overrideDetails } = await import('../audit/admin-details.ts');
   try {
     const store = createOverrideStore(pool);
     if (sub === 'set') {
@@ -132,7 +133,7 @@ async function overrides(
       await recordCliAction(pool, {
         action: 'rule_override.set',
         target: { service, limiter, kind: subjectKind, subject },
-        details: { rules: checked!.override!.rules.length },
+        details: overrideDetails(checked!.override!.rules),
       });
     } else if (sub === 'unset') {
       if (!(await store.remove(checked!.override!))) return fail(['no such override']);

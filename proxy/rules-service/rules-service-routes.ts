@@ -26,6 +26,7 @@ import type { Clock } from '../../policy/clock.ts';
 import type { QueryTokens } from './query-tokens.ts';
 import type { RuleSpec } from '../../policy/rate-limit/rules.ts';
 import { LogBudget } from '../../lib/log-budget.ts';
+import { overrideDetails } from '../audit/admin-details.ts';
 
 const OVERRIDES = '/api/v1/admin/rule-overrides';
 const ONE_OVERRIDE = `${OVERRIDES}/:service/:limiter/:kind/:subject`;
@@ -124,7 +125,8 @@ export function rulesServiceRoutes(deps: {
       template: ONE_OVERRIDE,
       access: 'admin',
       audit: 'rule_override.set',
-      async handle({ req, res, params, principal }) {
+      async handle(ctx) {
+        const { req, res, params, principal } = ctx;
         const body = await readJsonBody(req, 1024 * 1024);
         const extra = Object.keys(body).filter((k) => k !== 'rules');
         if (extra.length)
@@ -151,7 +153,9 @@ export function rulesServiceRoutes(deps: {
             'forbidden',
             `Refused: ${bypasses.join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may serve bypass rules or weaken default rules; operators can also set them with \`arkvory rules-service set\`.`,
           );
-        sendJson(res, 200, { override: wire(await store.put(override)) });
+        const saved = await store.put(override);
+        ctx.auditDetails = overrideDetails(override.rules);
+        sendJson(res, 200, { override: wire(saved) });
       },
     },
     {
