@@ -7,7 +7,7 @@
 import { formatProblem, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
-import type { Route } from '../server/route-types.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import { publishedRuleNames } from '../audit/admin-details.ts';
@@ -52,6 +52,19 @@ export function toPolicyError(err: unknown): unknown {
   }
 }
 
+/**
+ * A rule change the store may have made without saying so (`rules_outcome_unknown`: its COMMIT cut,
+ * or no answer): recorded all the same, with `outcome: unknown`, so a change that did land is never
+ * missing from the audit trail. Returns `err` for the route to throw.
+ */
+export function auditUnknownOutcome(ctx: RequestContext, err: unknown, details: Record<string, unknown> = {}): unknown {
+  if ((err as { code?: unknown } | undefined)?.code === 'rules_outcome_unknown') {
+    ctx.actionTaken = true;
+    ctx.auditDetails = { outcome: 'unknown', ...details };
+  }
+  return err;
+}
+
 async function mapped<T>(work: () => Promise<T>): Promise<T> {
   try {
     return await work();
@@ -85,7 +98,9 @@ export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: r
         const body = await readJsonBody(ctx.req, 1024 * 1024);
         const published = await mapped(() =>
           registry.publish(body, { allowSkip: mayPublishBypass(ctx.principal, bypassPublishers) }),
-        );
+        ).catch((err: unknown) => {
+          throw auditUnknownOutcome(ctx, err, { names: publishedRuleNames(body) });
+        });
         ctx.auditDetails = { ...published, names: publishedRuleNames(body) };
         sendJson(ctx.res, 200, { published });
       },
@@ -104,9 +119,11 @@ export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: r
       template: `${BASE}/:limiter/rules/:rule`,
       access: 'admin',
       audit: 'rate_limit.unpublish',
-      async handle({ res, params }) {
-        await mapped(() => registry.unpublish(params.limiter!, params.rule!));
-        res.writeHead(204).end();
+      async handle(ctx) {
+        await mapped(() => registry.unpublish(ctx.params.limiter!, ctx.params.rule!)).catch((err: unknown) => {
+          throw auditUnknownOutcome(ctx, err);
+        });
+        ctx.res.writeHead(204).end();
       },
     },
   ];

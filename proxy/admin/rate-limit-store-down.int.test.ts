@@ -92,7 +92,27 @@ describe('rate-limit admin API with its PostgreSQL rule store failing (real gate
     const unknown = await remove();
     expect(unknown.status).toBe(503);
     expect(await unknown.json()).toMatchObject({ code: 'rules_outcome_unknown' });
+    const unknownPublish = await publish();
+    expect(unknownPublish.status).toBe(503);
+    expect(await unknownPublish.json()).toMatchObject({ code: 'rules_outcome_unknown' });
     await db.pool.query('DROP TRIGGER arkvory_test_cut_commit ON arkvory_rate_limit_rules');
+    // A change that may have landed is in the audit trail, saying its outcome is unknown: before,
+    // only a confirmed one was, so a change the store did make could leave no row.
+    const audited = await db.pool.query(
+      `SELECT action, target, details FROM arkvory_audit_events WHERE details->>'outcome' = 'unknown' ORDER BY id`,
+    );
+    expect(audited.rows).toEqual([
+      {
+        action: 'rate_limit.unpublish',
+        target: { limiter: 'gateway_request', rule: 'pg_store_rule' },
+        details: { outcome: 'unknown' },
+      },
+      {
+        action: 'rate_limit.publish',
+        target: {},
+        details: { outcome: 'unknown', names: { gateway_request: ['pg_store_rule'] } },
+      },
+    ]);
 
     // The store's failure is no fault of the gateway's: no error line, no 500.
     expect(gw.logLines().filter((l) => Number(l.level) >= 50)).toEqual([]);

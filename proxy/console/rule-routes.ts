@@ -5,7 +5,7 @@
  */
 import { PolicyError } from '../../policy/errors.ts';
 import { formatPath, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
-import { mayPublishBypass, toPolicyError } from '../admin/rate-limit-admin-routes.ts';
+import { auditUnknownOutcome, mayPublishBypass, toPolicyError } from '../admin/rate-limit-admin-routes.ts';
 import { pageQuery } from '../admin/auth-admin-routes.ts';
 import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { sendJson } from '../server/http-errors.ts';
@@ -53,11 +53,13 @@ export async function ruleRoutes(registry: RuleRegistry, bypassPublishers: reado
             details: { problems },
           });
         }
-        throw toPolicyError(err);
+        throw auditUnknownOutcome(ctx, toPolicyError(err), { names: publishedRuleNames(body) });
       }
     }),
     audited('rate_limit.unpublish', ['DELETE'], 'rate-limits/:limiter/rules/:rule', async (ctx) => {
-      await mapped(() => registry.unpublish(ctx.params.limiter!, ctx.params.rule!));
+      await mapped(() => registry.unpublish(ctx.params.limiter!, ctx.params.rule!)).catch((err: unknown) => {
+        throw auditUnknownOutcome(ctx, err);
+      });
       ctx.res.writeHead(204, { 'cache-control': 'no-store' }).end();
     }),
   ];
