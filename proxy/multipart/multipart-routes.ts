@@ -1,9 +1,9 @@
-import type pg from 'pg';
 /**
  * Multipart uploads on the writer: open a session on a target path, PUT parts (each paced and
  * admitted like a full upload), complete with the ordered part list (202 and a job the completion
  * worker runs), poll the session, or abort it. Only the principal that opened a session sees it.
  */
+import type pg from 'pg';
 import { ARTIFACT_KINDS } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
