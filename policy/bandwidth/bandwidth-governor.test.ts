@@ -230,11 +230,18 @@ describe('BandwidthGovernor', () => {
     const waiting = Array.from({ length: 256 }, (_, i) => track(governor.meter(`p${i % 7}`).take(1)));
     await settle();
     expect(governor.snapshot().waitingQuanta).toBe(256);
-    const refused = governor.meter('late').take(1);
+    // p0 holds 37 of them, as many as any: its next is refused.
+    const refused = governor.meter('p0').take(1);
     expect(await code(refused)).toBe('busy');
     await refused.catch((err: PolicyError) => expect(err.headers['retry-after']).toBe('1'));
     expect(governor.snapshot()).toMatchObject({ waitingQuanta: 256, rejectedBusy: 1 });
     expect(waiting.some((w) => w.done)).toBe(false);
+    // A principal holding none waits in place of the last take of one holding the most.
+    const late = track(governor.meter('late').take(1));
+    await settle();
+    expect(late.done).toBe(false);
+    expect(governor.snapshot()).toMatchObject({ waitingQuanta: 256, rejectedBusy: 2 });
+    expect(waiting.filter((w) => w.done).map((w) => (w.error as PolicyError).code)).toEqual(['busy']);
   });
 
   it('allows one pending take per stream', async () => {
@@ -703,6 +710,31 @@ describe('BandwidthGovernor', () => {
     }
     expect(full).toMatchObject({ code: 'busy', headers: { 'retry-after': '1' } });
     expect((full as Error).message).toBe('1 principals are transferring or refilling their budgets; retry shortly.');
+  });
+
+  it("one principal's streams filling the waiting bound do not keep another principal's take out: the heaviest gives up its last", async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0, maxWaiting: 5 });
+    const codes = (takes: { error: unknown }[]) => takes.map((t) => (t.error as PolicyError | undefined)?.code);
+    await governor.meter('a').take(1024); // the burst
+    const a = [0, 1, 2, 3, 4].map(() => track(governor.meter('a').take(1024)));
+    await settle();
+    expect(governor.snapshot().waitingQuanta).toBe(5);
+    // Before, b was refused busy as long as a's streams waited (an upload cut mid-body).
+    const b = [track(governor.meter('b').take(1024))];
+    await settle();
+    expect(b[0]!.done).toBe(false);
+    expect(codes(a)).toEqual([undefined, undefined, undefined, undefined, 'busy']);
+    // a holds the most: its own next take is refused, not one of b's.
+    expect(await code(governor.meter('a').take(1024))).toBe('busy');
+    b.push(track(governor.meter('b').take(1024)));
+    await settle();
+    expect(codes(a)).toEqual([undefined, undefined, undefined, 'busy', 'busy']);
+    // a 3, b 2: a holds only one more, so b's next is refused and nothing of a's.
+    expect(await code(governor.meter('b').take(1024))).toBe('busy');
+    expect(codes(a)).toEqual([undefined, undefined, undefined, 'busy', 'busy']);
+    expect(governor.snapshot()).toMatchObject({ waitingQuanta: 5, rejectedBusy: 4 });
+    await timers.advance(1000);
+    expect([...a.slice(0, 3), ...b].map((t) => [t.done, t.error])).toEqual(Array(5).fill([true, undefined]));
   });
 
   it('never evicts a principal whose take waits, even one not holding the reservation', async () => {

@@ -522,13 +522,9 @@ export class BandwidthGovernor {
     if (this.#grantNow(principal, meter, buckets, bytes, nowMs)) return RESOLVED;
     // Fenced by the permit check in #grantNow: waiting now would never end.
     if (this.#fenced) return Promise.reject(new PolicyError('lease_lost'));
-    if (this.#waiting >= this.#maxWaiting) {
+    if (this.#waiting >= this.#maxWaiting && !this.#makeRoomFor(principal)) {
       this.#rejectedBusy++;
-      return Promise.reject(
-        new PolicyError('busy', `More than ${this.#maxWaiting} quanta are waiting for bandwidth.`, {
-          headers: RETRY_AFTER,
-        }),
-      );
+      return Promise.reject(this.#waitingFull());
     }
     return new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
@@ -874,6 +870,32 @@ export class BandwidthGovernor {
     this.#timers.clearTimeout(this.#timer);
     this.#timer = null;
     this.#timerDueMs = Infinity;
+  }
+
+  #waitingFull(): PolicyError {
+    return new PolicyError('busy', `More than ${this.#maxWaiting} quanta are waiting for bandwidth.`, {
+      headers: RETRY_AFTER,
+    });
+  }
+
+  /**
+   * The waiting bound is full and `principal` asks to wait: the principal with the most waiting takes
+   * gives up its last one in fair order (refused `busy`) when it holds at least two more than
+   * `principal`. Refusing the newcomer instead let one principal's streams (uploads have no
+   * process-wide cap, and the per-principal caps may be raised) fill the bound and have every other
+   * principal's transfer refused mid-body. Its first take stays, so its reservation and ceiling holds
+   * still stand; the bound itself is unchanged.
+   */
+  #makeRoomFor(principal: PrincipalState): boolean {
+    let heaviest: PrincipalState | undefined;
+    for (const p of this.#ring) if (heaviest === undefined || p.queue.length > heaviest.queue.length) heaviest = p;
+    if (heaviest === undefined || heaviest.queue.length < principal.queue.length + 2) return false;
+    const waiter = heaviest.queue[heaviest.queue.length - 1]!;
+    this.#remove(waiter);
+    this.#settle(waiter);
+    this.#rejectedBusy++;
+    waiter.reject(this.#waitingFull());
+    return true;
   }
 
   /** A waiting take whose signal fired: its quantum is dropped (never granted), others move on. */
