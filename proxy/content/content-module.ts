@@ -12,7 +12,7 @@ import { createContentCaches } from './caches.ts';
 import type { Route } from '../server/route-types.ts';
 import { gatewayStaging, openStore, removeRetiredStaging, rotatedConfig } from './storage.ts';
 import { artifactRoutes } from './artifact-routes.ts';
-import { contentRoutes, type ContentMeters } from './content-routes.ts';
+import { contentRoutes, type ContentDeps, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
 import { cacheAdminRoutes } from '../admin/cache-admin-routes.ts';
 import { quotaAdminRoutes } from '../admin/quota-admin-routes.ts';
@@ -34,6 +34,8 @@ export interface ContentModuleDeps {
   meters?: ContentMeters;
   /** Pre-signed links (`POST …/presign`); absent → no presign routes. */
   links?: PresignedLinks;
+  /** The request's authorization asked again before an upload is published (content-routes.ts). */
+  reauthorize?: ContentDeps['reauthorize'];
 }
 
 export async function openContentModule(
@@ -101,6 +103,7 @@ export async function openContentModule(
       maxUploadBytes: config.maxUploadBytes,
       meters: deps.meters,
       quotas,
+      reauthorize: deps.reauthorize,
     }),
     ...artifactRoutes({
       catalog,

@@ -41,6 +41,12 @@ export interface ContentDeps {
   readonly meters?: ContentMeters | undefined;
   /** Storage quotas (writer); absent → none checked. */
   readonly quotas?: StorageQuotas | undefined;
+  /**
+   * Authorizes the request again as its gates did before its body (throws their 401, 403 or 404):
+   * an upload's bytes are published only if its key, principal and grant still allow it then.
+   * Absent → not asked again.
+   */
+  readonly reauthorize?: ((ctx: RequestContext) => undefined | Promise<void>) | undefined;
 }
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
@@ -245,7 +251,15 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     const result = await publishArtifact(deps, {
       key,
       body,
-      admit: held && ((staged) => held.admit(staged)),
+      // A body may run for hours: a key revoked, a principal disabled or a grant removed meanwhile
+      // (within 2 s on every gateway for new requests) also refuses the bytes still on their way.
+      admit:
+        deps.reauthorize || held
+          ? async (staged) => {
+              await deps.reauthorize?.(ctx);
+              return held?.admit(staged);
+            }
+          : undefined,
       // Not ours: the row was there all along (or a concurrent publisher's won), and holds for it too
       // (If-None-Match: * from two clients at once gives one 201 and one 412, whatever the bytes).
       precondition,

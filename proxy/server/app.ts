@@ -45,11 +45,14 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     maxLifetimeSeconds: services.config.presignMaxExpiresSeconds,
   });
 
+  // The auth gate, built below with the console's credentials; an upload asks it again before publishing.
+  let authGate: Gate | undefined;
   const content = await openContentModule(services, {
     readableRepositories: (id) => auth.readableRepositories(id),
     grant: (id, repo) => auth.grant(id, repo),
     meters: contentMeters(services.transfers, (repo) => auth.repositoryCeilingsNow(repo)),
     links,
+    reauthorize: (ctx) => authGate?.(ctx),
   });
   const multipart = startMultipart(
     services,
@@ -82,15 +85,14 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     services.config.role === 'api'
       ? createConsole(services, { authenticate: (header) => auth.authenticate(header) })
       : undefined;
-  const gates: Gate[] = [
-    createAuthGate(
-      auth,
-      services.lifecycle,
-      consoleUi?.credentials,
-      links,
-      transportPolicy(services.config, services.clock),
-    ),
-  ];
+  authGate = createAuthGate(
+    auth,
+    services.lifecycle,
+    consoleUi?.credentials,
+    links,
+    transportPolicy(services.config, services.clock),
+  );
+  const gates: Gate[] = [authGate];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);
   routes.push(...rateLimitAdminRoutes(rateLimiting.registry, services.config.rateLimitBypassPublishers));
