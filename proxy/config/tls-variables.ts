@@ -16,7 +16,7 @@ export const TLS_VARIABLES = [
   {
     name: 'ARKVORY_TLS_CLIENT_CA_FILE',
     kind: { type: 'string' },
-    doc: 'PEM CA bundle whose client certificates a gateway verifies (mutual TLS): a verified certificate bound to a principal (`arkvory principals bind-cert`) authenticates it. Needs ARKVORY_TLS_CERT_FILE; not for the router.',
+    doc: 'PEM CA bundle whose client certificates a gateway verifies (mutual TLS): a verified certificate bound to a principal (`arkvory principals bind-cert`) authenticates it when a CA of this file signed it itself and it is no CA certificate (an intermediate CA goes in the file beside its root; one only the client sends names no principal). Needs ARKVORY_TLS_CERT_FILE; not for the router.',
   },
   {
     name: 'ARKVORY_TLS_CLIENT_CERT',

@@ -4,9 +4,11 @@
  * socket. Whether it still authenticates (bound, principal enabled, not expired) is decided per
  * request by the gate; whether its CA is still trusted, here, when the client CA file changed.
  */
+import { X509Certificate } from 'node:crypto';
 import type { Socket } from 'node:net';
-import type { DetailedPeerCertificate, TLSSocket } from 'node:tls';
+import type { DetailedPeerCertificate, PeerCertificate as TlsCertificate, TLSSocket } from 'node:tls';
 import { certificateSans, type PeerCertificate } from '../../policy/auth/client-certificate.ts';
+import { judgeClientLeaf } from './client-leaf.ts';
 import type { ClientTrust } from './served-tls.ts';
 
 const PEER = Symbol('arkvory.peerCertificate');
@@ -15,7 +17,7 @@ const TRUST = Symbol('arkvory.clientTrust');
 const ACCEPTED = Symbol('arkvory.trustAtAccept');
 /** The first trust generation whose removal of a CA this connection must be checked against. */
 const CHECK_FROM = Symbol('arkvory.trustCheckFrom');
-/** SHA-256 fingerprints of the verified chain Node shows, leaf first. */
+/** SHA-256 fingerprints of the CAs of ARKVORY_TLS_CLIENT_CA_FILE the verdict rests on: the leaf's issuer and those above it. */
 const CHAIN = Symbol('arkvory.chain');
 
 /**
@@ -68,37 +70,50 @@ export function peerCertificateOf(socket: Socket | null | undefined): PeerCertif
       kind: 'unverified',
       reason: `the client certificate was not verified: ${String(s.authorizationError ?? 'unknown reason')}`,
     };
-  else {
-    const chain = verifiedChain(s as TLSSocket);
-    peer = {
-      kind: 'verified',
-      sans: certificateSans(cert.subjectaltname),
-      // The chain's first expiry, not the leaf's alone: the handshake checked each certificate of it,
-      // and a CA that expires while the connection stays open (HTTP/2 keeps one for days) must end
-      // its authentication as the leaf's own expiry does.
-      notAfterMs: Math.min(Date.parse(cert.valid_to), ...chain.map((c) => Date.parse(c.valid_to))),
-      serial: cert.serialNumber,
-    };
-    s[CHAIN] = chain.map((c) => c.fingerprint256);
-  }
+  else peer = judged(s, cert, verifiedChain(s as TLSSocket));
   s[PEER] = peer;
   return peer.kind === 'verified' ? stillAnchored(s, peer) : peer;
 }
 
 /**
+ * A certificate the handshake verified, as a principal's (client-leaf.ts): no CA certificate, and
+ * signed by a certificate of ARKVORY_TLS_CLIENT_CA_FILE itself. `chain` is Node's: the leaf, then the
+ * CAs of the file above it (an intermediate the client sent is never shown on a server's side).
+ */
+function judged(s: CachingSocket, cert: TlsCertificate, chain: DetailedPeerCertificate[]): PeerCertificate {
+  const trust = s[TRUST]?.clientTrust;
+  const judgement = judgeClientLeaf(new X509Certificate(cert.raw), trust?.certificates ?? []);
+  if (!judgement.ok) return { kind: 'unverified', reason: judgement.reason };
+  // The CAs of the file this verdict rests on, each of which must stay in it (stillAnchored).
+  s[CHAIN] = [...new Set([judgement.issuer.fingerprint256, ...chain.slice(1).map((c) => c.fingerprint256)])];
+  return {
+    kind: 'verified',
+    sans: certificateSans(cert.subjectaltname),
+    // The chain's first expiry, not the leaf's alone: the handshake checked each certificate of it,
+    // and a CA that expires while the connection stays open (HTTP/2 keeps one for days) must end
+    // its authentication as the leaf's own expiry does.
+    notAfterMs: Math.min(
+      Date.parse(cert.valid_to),
+      Date.parse(judgement.issuer.validTo),
+      ...chain.map((c) => Date.parse(c.valid_to)),
+    ),
+    serial: cert.serialNumber,
+  };
+}
+
+/**
  * A certificate verified in the handshake stays verified while no CA was taken out of
  * ARKVORY_TLS_CLIENT_CA_FILE since; CAs added (or the file rewritten) change nothing. Once one was
- * taken out, its chain must still hold a certificate of the file, so a CA taken out of trust reaches
- * connections already open (checked once per change, not per request). Node's server side shows a
- * client's chain only when the CA file issued the leaf itself (an intermediate the client sent is
- * not shown), so after a removal a certificate issued by an intermediate is refused even when its
- * root stays: its client connects again (docs/tls.md).
+ * taken out, every CA of the file its verdict rested on must still be in it (its issuer and the CAs
+ * above it: an intermediate of the file whose root was taken out verifies no new handshake either),
+ * so a CA taken out of trust reaches connections already open (checked once per change, not per request).
  */
 function stillAnchored(s: CachingSocket, peer: PeerCertificate): PeerCertificate {
   const trust = s[TRUST]?.clientTrust;
   const from = s[CHECK_FROM];
   if (!trust || from === undefined || trust.lastRemovalGeneration < from) return peer;
-  if ((s[CHAIN] ?? []).some((fingerprint) => trust.anchors.has(fingerprint))) {
+  const rested = s[CHAIN] ?? [];
+  if (rested.length > 0 && rested.every((fingerprint) => trust.anchors.has(fingerprint))) {
     s[CHECK_FROM] = trust.generation + 1;
     return peer;
   }

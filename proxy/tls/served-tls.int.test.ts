@@ -3,7 +3,8 @@
  * with certificates made by openssl for this run: a chain OpenSSL refuses is rejected without a
  * crash and reported once; a corrected chain under the same leaf is served; the client CA is judged
  * apart from the pair, and once it changes neither a resumed session nor an open connection keeps
- * a verdict made against a CA taken out of trust.
+ * a verdict made against a CA taken out of trust. Which verified client certificates name a
+ * principal (none signed as a CA, none issued by an intermediate the file lacks).
  */
 import { X509Certificate } from 'node:crypto';
 import { chmod, copyFile, writeFile } from 'node:fs/promises';
@@ -18,6 +19,8 @@ import {
   createCertificateAuthority,
   createIntermediateAuthority,
   type IssuedCertificate,
+  issueCertificate,
+  issueClientAuthority,
   issueClientCertificate,
   issueServerCertificate,
   makeTempDir,
@@ -253,27 +256,28 @@ describe('ServedTls reload', () => {
     expect(peerCertificateOf(bSocket)).toMatchObject({ kind: 'verified' });
   });
 
-  it('a certificate issued by an intermediate CA is verified, also after a CA is added to the file; taking its root out refuses it', async () => {
+  it('a certificate issued by an intermediate CA names a principal only while that intermediate and its root are in the file', async () => {
     const caFile = path.join(dir, 'clients.pem');
-    await copyFile(ca.certFile, caFile);
     const caB = await createCertificateAuthority(dir, 'arkvory-test-ca-b');
     const intermediate = await createIntermediateAuthority(ca, dir, 'intermediate', new Date(Date.now() + 86_400_000));
+    // The client sends its leaf and the intermediate.
     const client = await issueClientCertificate(intermediate, dir, 'client-i', 'URI:spiffe://example.org/i');
+    await writeFile(caFile, ca.certPem + intermediate.certPem);
     const l = await started({ clientCaFile: caFile });
     const conn = await connect(l.port, ca, { client });
     clients.push(conn.socket);
     const socket = await serverSide(l, conn.socket);
-    // Node's server side shows no intermediate the client sent: the leaf alone, which is no CA of the file.
     expect(peerCertificateOf(socket)).toMatchObject({ kind: 'verified', sans: ['URI:spiffe://example.org/i'] });
-    // A second CA beside the first (a CA rotation begins): nothing was taken out of trust.
-    await writeFile(caFile, ca.certPem + caB.certPem);
+    // A second CA beside them (a CA rotation begins): nothing was taken out of trust.
+    await writeFile(caFile, ca.certPem + intermediate.certPem + caB.certPem);
     expect(await l.served.reload('test')).toBe('swapped');
     expect(peerCertificateOf(socket)).toMatchObject({ kind: 'verified' });
     const later = await connect(l.port, ca, { client });
     clients.push(later.socket);
     const laterSocket = await serverSide(l, later.socket);
-    // The root taken out: no open connection keeps a verdict it may have made.
-    await writeFile(caFile, caB.certPem);
+    expect(peerCertificateOf(laterSocket)).toMatchObject({ kind: 'verified' });
+    // The root taken out, the intermediate kept (a new handshake would fail): no open connection keeps its verdict.
+    await writeFile(caFile, intermediate.certPem + caB.certPem);
     expect(await l.served.reload('test')).toBe('swapped');
     expect(peerCertificateOf(socket)).toMatchObject({ kind: 'unverified' });
     expect(peerCertificateOf(laterSocket)).toMatchObject({ kind: 'unverified' });
@@ -283,6 +287,23 @@ describe('ServedTls reload', () => {
     });
     clients.push(fromB.socket);
     expect(peerCertificateOf(await serverSide(l, fromB.socket))).toMatchObject({ kind: 'verified' });
+    // Both back, then the intermediate taken out while its root stays: its leaves are refused.
+    await writeFile(caFile, ca.certPem + intermediate.certPem);
+    expect(await l.served.reload('test')).toBe('swapped');
+    const again = await connect(l.port, ca, { client });
+    clients.push(again.socket);
+    const againSocket = await serverSide(l, again.socket);
+    expect(peerCertificateOf(againSocket)).toMatchObject({ kind: 'verified' });
+    await writeFile(caFile, ca.certPem);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(peerCertificateOf(againSocket)).toMatchObject({ kind: 'unverified' });
+    // With the root alone in the file, OpenSSL verifies the chain the client sends, but an
+    // intermediate the client brings does not name principals.
+    const rootOnly = await connect(l.port, ca, { client });
+    clients.push(rootOnly.socket);
+    const rootOnlySocket = await serverSide(l, rootOnly.socket);
+    expect(rootOnlySocket.authorized).toBe(true);
+    expect(peerCertificateOf(rootOnlySocket)).toEqual({ kind: 'unverified', reason: NOT_ISSUED_BY_THE_FILE });
   });
 
   it('a client certificate stops authenticating when the CA of its chain expires, not only when it does', async () => {
@@ -298,6 +319,49 @@ describe('ServedTls reload', () => {
     const caEnd = Date.parse(new X509Certificate(shortCa.certPem).validTo);
     expect(caEnd).toBeLessThan(Date.parse(new X509Certificate(client.certPem).validTo));
     expect(peer).toMatchObject({ kind: 'verified', notAfterMs: caEnd });
+  });
+});
+
+const NOT_ISSUED_BY_THE_FILE =
+  'the client certificate was not issued by a CA of ARKVORY_TLS_CLIENT_CA_FILE: an intermediate CA the client sends does not name principals (put it in the file to trust it)';
+
+describe('which verified client certificates name a principal', () => {
+  it("a CA:TRUE certificate is none, nor a leaf it issued with another principal's SAN, though OpenSSL verifies both", async () => {
+    const caFile = path.join(dir, 'clients.pem');
+    await copyFile(ca.certFile, caFile);
+    const l = await started({ clientCaFile: caFile });
+    // A principal's certificate its CA signed with CA:TRUE, and a leaf its holder issued naming another principal.
+    const { certificate, authority } = await issueClientAuthority(
+      ca,
+      dir,
+      'principal-ca',
+      'URI:spiffe://example.org/a',
+    );
+    const forged = await issueClientCertificate(authority, dir, 'forged', 'URI:spiffe://example.org/b');
+    const genuine = await issueClientCertificate(ca, dir, 'genuine', 'URI:spiffe://example.org/b');
+    const judged = async (client: IssuedCertificate) => {
+      const { socket } = await connect(l.port, ca, { client });
+      clients.push(socket);
+      const side = await serverSide(l, socket);
+      // The handshake's verdict (OpenSSL's defaults): every one of them verified.
+      expect(side.authorized).toBe(true);
+      return peerCertificateOf(side);
+    };
+    expect(await judged(certificate)).toEqual({
+      kind: 'unverified',
+      reason:
+        "the client certificate is a CA certificate (basicConstraints CA:TRUE): a principal's certificate must be an end-entity one",
+    });
+    expect(await judged(forged)).toEqual({ kind: 'unverified', reason: NOT_ISSUED_BY_THE_FILE });
+    expect(await judged(genuine)).toMatchObject({ kind: 'verified', sans: ['URI:spiffe://example.org/b'] });
+    // A server's certificate (extendedKeyUsage serverAuth alone) is refused by OpenSSL itself.
+    const serverOnly = await issueCertificate(ca, dir, 'server-only', { sans: ['URI:spiffe://example.org/b'] });
+    const { socket } = await connect(l.port, ca, { client: serverOnly });
+    clients.push(socket);
+    expect(peerCertificateOf(await serverSide(l, socket))).toEqual({
+      kind: 'unverified',
+      reason: 'the client certificate was not verified: INVALID_PURPOSE',
+    });
   });
 });
 

@@ -73,6 +73,8 @@ export interface ClientTrust {
   readonly generation: number;
   /** SHA-256 fingerprints (`AA:BB:…`) of the certificates in ARKVORY_TLS_CLIENT_CA_FILE. */
   readonly anchors: ReadonlySet<string>;
+  /** Those certificates: the ones that may issue a principal's certificate (proxy/tls/client-leaf.ts). */
+  readonly certificates: readonly X509Certificate[];
   /**
    * The last generation whose change took a CA out (-1: none yet): only such a change can void a
    * verdict an open connection's handshake made (proxy/tls/peer-certificate.ts).
@@ -111,7 +113,7 @@ export class ServedTls {
     this.#options = options;
     this.#served = certificate;
     this.#files = files;
-    this.#clientTrust = { generation: 0, anchors: caFingerprints(files.clientCa), lastRemovalGeneration: -1 };
+    this.#clientTrust = { generation: 0, ...caCertificates(files.clientCa), lastRemovalGeneration: -1 };
     this.#trigger = new FileReloadTrigger({
       log: options.log,
       files: [config.certFile, config.keyFile, config.clientCaFile].filter((f): f is string => f !== undefined),
@@ -273,7 +275,7 @@ export class ServedTls {
     const previous = this.#served;
     this.#files = next;
     if (decision.certificate) this.#served = decision.certificate;
-    if (decision.clientCa) this.#clientTrust = nextTrust(this.#clientTrust, caFingerprints(next.clientCa));
+    if (decision.clientCa) this.#clientTrust = nextTrust(this.#clientTrust, caCertificates(next.clientCa));
     for (const server of this.#servers) server.setSecureContext(options);
     this.#options.log.info(
       {
@@ -420,16 +422,18 @@ function checkCaBundle(pem: string): string | undefined {
   return undefined;
 }
 
-/** The trust after a change of the client CA file to `anchors`: a new generation, a removal noted. */
-function nextTrust(previous: ClientTrust, anchors: ReadonlySet<string>): ClientTrust {
+type Anchors = Pick<ClientTrust, 'anchors' | 'certificates'>;
+
+/** The trust after a change of the client CA file to `next`: a new generation, a removal noted. */
+function nextTrust(previous: ClientTrust, next: Anchors): ClientTrust {
   const generation = previous.generation + 1;
-  const removed = [...previous.anchors].some((fingerprint) => !anchors.has(fingerprint));
-  return { generation, anchors, lastRemovalGeneration: removed ? generation : previous.lastRemovalGeneration };
+  const removed = [...previous.anchors].some((fingerprint) => !next.anchors.has(fingerprint));
+  return { generation, ...next, lastRemovalGeneration: removed ? generation : previous.lastRemovalGeneration };
 }
 
-function caFingerprints(bundle: Buffer | undefined): ReadonlySet<string> {
-  if (!bundle) return new Set();
-  return new Set(splitPemChain(bundle.toString()).map((pem) => new X509Certificate(pem).fingerprint256));
+function caCertificates(bundle: Buffer | undefined): Anchors {
+  const certificates = bundle ? splitPemChain(bundle.toString()).map((pem) => new X509Certificate(pem)) : [];
+  return { anchors: new Set(certificates.map((c) => c.fingerprint256)), certificates };
 }
 
 function sameBytes(a: Buffer | undefined, b: Buffer | undefined): boolean {

@@ -11,7 +11,7 @@
  * x-request-id and nosniff on the answers Node would give by itself (an unmet Expect, CONNECT).
  */
 import { execFile, spawn } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
@@ -35,6 +35,7 @@ import {
   createCertificateAuthority,
   type IssuedCertificate,
   issueCertificate,
+  issueClientAuthority,
   issueClientCertificate,
   issueServerCertificate,
   replaceFileAtomically,
@@ -693,6 +694,38 @@ describe('client certificates (mutual TLS)', () => {
     expect(
       (await httpsRequest(`${gw.https}${mtlsTarget}/content`, { ca: ca.certPem, headers: bearer(owner.key) })).status,
     ).toBe(200);
+  });
+
+  it("a principal's certificate signed as a CA cannot name another principal: its own and a leaf it issued with another's SAN are 401, the reason logged", async () => {
+    // A careless issuer signed CA:TRUE for this one; OpenSSL verifies what its holder then issues.
+    const holderDir = path.join(dir, 'ca-holder');
+    await mkdir(holderDir, { recursive: true });
+    const { certificate, authority } = await issueClientAuthority(
+      ca,
+      holderDir,
+      'ca-holder',
+      'URI:spiffe://example.org/ca-holder',
+    );
+    // Sent as the forged leaf followed by the holder's certificate: the chain reaches the client CA.
+    const forged = await issueClientCertificate(authority, holderDir, 'forged-ci', SAN);
+    for (const [cert, reason] of [
+      [forged, 'the client certificate was not issued by a CA of ARKVORY_TLS_CLIENT_CA_FILE'],
+      [certificate, 'the client certificate is a CA certificate (basicConstraints CA:TRUE)'],
+    ] as const) {
+      const a = agentFor(cert);
+      const refused = await httpsRequest(`${gw.https}${mtlsTarget}/content`, { ca: ca.certPem, agent: a });
+      a.destroy();
+      expect(refused.status, reason).toBe(401);
+      expect(JSON.parse(refused.body.toString()).code).toBe('unauthorized');
+      await waitUntil(() => gw.logs().includes(reason), {
+        what: `the log to give the reason (${reason})`,
+        timeoutMs: 5000,
+      });
+    }
+    const line = gw.logLines().find((l) => String(l.reason).startsWith('the client certificate is a CA certificate'));
+    // A client's fault, as the other refusals: not an error.
+    expect(line).toMatchObject({ msg: 'client certificate refused', code: 'unauthorized' });
+    expect(line!.level).toBe('info');
   });
 
   it('unbinding refuses the next request on an open keep-alive connection within 2 s', async () => {

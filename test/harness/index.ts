@@ -51,6 +51,7 @@ export {
   type IssuedCertificate,
   type IssueOptions,
   issueCertificate,
+  issueClientAuthority,
   issueClientCertificate,
   issueServerCertificate,
   replaceFileAtomically,

@@ -41,6 +41,8 @@ export interface IssueOptions {
   readonly usage?: 'server' | 'client';
   /** Key type: RSA 2048 (default) or EC P-256. */
   readonly keyType?: 'rsa' | 'ec';
+  /** basicConstraints CA:TRUE and keyCertSign beside its usage: a certificate that can issue others. */
+  readonly authority?: boolean;
 }
 
 async function openssl(args: string[], cwd: string): Promise<string> {
@@ -114,8 +116,8 @@ export async function issueCertificate(
   await writeFile(
     extFile,
     [
-      'basicConstraints=critical,CA:FALSE',
-      `keyUsage=critical,digitalSignature${options.keyType === 'ec' ? '' : ',keyEncipherment'}`,
+      `basicConstraints=critical,CA:${options.authority ? 'TRUE' : 'FALSE'}`,
+      `keyUsage=critical,digitalSignature${options.keyType === 'ec' ? '' : ',keyEncipherment'}${options.authority ? ',keyCertSign' : ''}`,
       `extendedKeyUsage=${usage === 'server' ? 'serverAuth' : 'clientAuth'}`,
       `subjectAltName=${options.sans.join(',')}`,
       '',
@@ -266,6 +268,28 @@ export function issueClientCertificate(
   options: Pick<IssueOptions, 'notAfter'> = {},
 ): Promise<IssuedCertificate> {
   return issueCertificate(ca, dir, name, { sans: [san], usage: 'client', keyType: 'ec', ...options });
+}
+
+/**
+ * A client certificate naming `san` that is also a CA (CA:TRUE, keyCertSign, clientAuth), as a careless
+ * issuer may sign one for a principal: `authority` issues leaves with its key (`issueClientCertificate`),
+ * each then sent as leaf followed by this certificate.
+ */
+export async function issueClientAuthority(
+  ca: CertificateAuthority,
+  dir: string,
+  name: string,
+  san: string,
+): Promise<{ certificate: IssuedCertificate; authority: CertificateAuthority }> {
+  const certificate = await issueCertificate(ca, dir, name, {
+    sans: [san],
+    usage: 'client',
+    keyType: 'ec',
+    authority: true,
+  });
+  const certFile = path.join(dir, `${name}.leaf.crt`);
+  const authority = { name, certFile, keyFile: certificate.keyFile, certPem: await readFile(certFile, 'utf8') };
+  return { certificate, authority };
 }
 
 /**
