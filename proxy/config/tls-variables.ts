@@ -6,12 +6,12 @@ export const TLS_VARIABLES = [
   {
     name: 'ARKVORY_TLS_CERT_FILE',
     kind: { type: 'string' },
-    doc: 'PEM certificate chain (leaf first) this process serves HTTPS with, on its one port; with ARKVORY_TLS_KEY_FILE. Reloaded on change and on SIGHUP without a restart (docs/tls.md). Unset: plain HTTP.',
+    doc: 'PEM certificate chain (leaf first) this process serves HTTPS with, on its one port; with ARKVORY_TLS_KEY_FILE. Reloaded on change and on SIGHUP without a restart (docs/tls.md). Each TLS file is a regular file of at most 1 MiB. Unset: plain HTTP.',
   },
   {
     name: 'ARKVORY_TLS_KEY_FILE',
     kind: { type: 'string' },
-    doc: 'PEM private key of ARKVORY_TLS_CERT_FILE. A key that does not match, an unreadable file or an expired certificate refuses the start (and a reload keeps the old pair).',
+    doc: 'PEM private key of ARKVORY_TLS_CERT_FILE. A key that does not match, an unreadable file, one over 1 MiB or no regular file (a named pipe, a link to /dev/zero) or an expired certificate refuses the start (and a reload keeps the old pair).',
   },
   {
     name: 'ARKVORY_TLS_CLIENT_CA_FILE',
@@ -32,7 +32,7 @@ export const TLS_VARIABLES = [
   {
     name: 'ARKVORY_TLS_CA_FILE',
     kind: { type: 'string' },
-    doc: 'PEM CA bundle trusted, besides the system CAs, for every connection this process opens: the router to `https://` gateways, the static-HTTP and S3 stores, PostgreSQL (`sslmode=verify-full`), Redis (`rediss://`), the rules service.',
+    doc: 'PEM CA bundle trusted, besides the system CAs, for every connection this process opens: the router to `https://` gateways, the static-HTTP and S3 stores, PostgreSQL (`sslmode=verify-full`), Redis (`rediss://`), the rules service. A regular file of at most 1 MiB.',
   },
   {
     name: 'ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS',

@@ -6,19 +6,17 @@
  * spelling; a connection that names its CAs (pg's `sslrootcert=`) keeps them.
  */
 import { X509Certificate } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import tls from 'node:tls';
 import { StartupError } from '../server/startup-failure.ts';
 import { splitPemChain } from './certificate-pair.ts';
+import { readTlsFileSync } from './tls-file.ts';
 
 /** Adds the file's certificates to the default CAs of this process; a bad file refuses the start. */
 export function trustOutboundCertificateAuthorities(file: string): number {
-  let pem: string;
-  try {
-    pem = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new StartupError(`cannot read ARKVORY_TLS_CA_FILE ${file} (${(err as NodeJS.ErrnoException).code ?? err})`);
-  }
+  // At most 1 MiB, a regular file (tls-file.ts): a link to /dev/zero would hang the start.
+  const read = readTlsFileSync(file, 'ARKVORY_TLS_CA_FILE');
+  if (typeof read === 'string') throw new StartupError(read);
+  const pem = read.toString('utf8');
   const certs = splitPemChain(pem);
   if (certs.length === 0) throw new StartupError(`ARKVORY_TLS_CA_FILE ${file} holds no PEM certificate`);
   for (const cert of certs) {

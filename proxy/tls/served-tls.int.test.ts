@@ -4,10 +4,11 @@
  * crash and reported once; a corrected chain under the same leaf is served; the client CA is judged
  * apart from the pair, and once it changes neither a resumed session nor an open connection keeps
  * a verdict made against a CA taken out of trust. Which verified client certificates name a
- * principal (none signed as a CA, none issued by an intermediate the file lacks).
+ * principal (none signed as a CA, none issued by an intermediate the file lacks), and TLS files over
+ * 1 MiB or not regular files kept out.
  */
 import { X509Certificate } from 'node:crypto';
-import { chmod, copyFile, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, rm, symlink, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -362,6 +363,43 @@ describe('which verified client certificates name a principal', () => {
       kind: 'unverified',
       reason: 'the client certificate was not verified: INVALID_PURPOSE',
     });
+  });
+});
+
+describe('TLS files over 1 MiB or not regular files', () => {
+  it('refuse the start; on a reload the files served stay, reported as tls_reload_failed', async () => {
+    // A valid chain padded with text after it, which OpenSSL reads past: only the size is wrong.
+    const big = `${first.certPem}${'#'.repeat(1023)}\n`.padEnd(1024 * 1024 + 1, `${'#'.repeat(1023)}\n`);
+    const bigFile = path.join(dir, 'big.crt');
+    await writeFile(bigFile, big);
+    await expect(
+      listen({ certFile: bigFile, keyFile, clientCaFile: undefined, clientCert: 'optional' }),
+    ).rejects.toThrow(
+      `TLS: ARKVORY_TLS_CERT_FILE ${bigFile} is ${Buffer.byteLength(big)} bytes, more than the 1 MiB (1048576 bytes) a TLS file may be`,
+    );
+    const zero = path.join(dir, 'zero.key');
+    await symlink('/dev/zero', zero);
+    await expect(listen({ certFile, keyFile: zero, clientCaFile: undefined, clientCert: 'optional' })).rejects.toThrow(
+      `TLS: ARKVORY_TLS_KEY_FILE ${zero} is not a regular file`,
+    );
+    const caFile = path.join(dir, 'clients.pem');
+    await copyFile(ca.certFile, caFile);
+    const l = await started({ clientCaFile: caFile });
+    await writeFile(certFile, big);
+    expect(await l.served.reload('test')).toBe('rejected');
+    expect(l.served.certificate.serial).toBe(first.serial);
+    expect(failures(l).at(-1)!.reason).toMatch(/ARKVORY_TLS_CERT_FILE .* more than the 1 MiB/);
+    expect(await servedSerial(l.port)).toBe(first.serial);
+    await writeFile(certFile, first.certPem);
+    await rm(keyFile);
+    await symlink('/dev/zero', keyFile);
+    await rm(caFile);
+    await symlink('/dev/zero', caFile);
+    expect(await l.served.reload('test')).toBe('rejected');
+    expect(failures(l).at(-1)!.reason).toMatch(
+      /ARKVORY_TLS_KEY_FILE .* is not a regular file.*ARKVORY_TLS_CLIENT_CA_FILE .* is not a regular file/,
+    );
+    expect(await servedSerial(l.port)).toBe(first.serial);
   });
 });
 

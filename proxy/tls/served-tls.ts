@@ -13,7 +13,7 @@
  * The decisions are pure (certificate-pair.ts); this file reads files, watches and swaps.
  */
 import { createHash, randomBytes, X509Certificate } from 'node:crypto';
-import { readFile, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Clock } from '../../policy/clock.ts';
@@ -37,6 +37,7 @@ import {
   TLS_MAX_VERSION,
   TLS_MIN_VERSION,
 } from './tls-profile.ts';
+import { readTlsFile } from './tls-file.ts';
 
 /** The TLS slice of the configuration (proxy/config). */
 export interface TlsListenerConfig {
@@ -388,17 +389,13 @@ interface ReadFiles {
 }
 
 async function readFiles(config: TlsListenerConfig): Promise<ReadFiles> {
-  const read = async (file: string, variable: string): Promise<Buffer | string> => {
-    try {
-      return await readFile(file);
-    } catch (err) {
-      return `cannot read ${variable} ${file} (${(err as NodeJS.ErrnoException).code ?? err})`;
-    }
-  };
-  const cert = await read(config.certFile, 'ARKVORY_TLS_CERT_FILE');
-  const key = await read(config.keyFile, 'ARKVORY_TLS_KEY_FILE');
+  // At most 1 MiB each, regular files only (tls-file.ts): a link to /dev/zero is not read without end.
+  const cert = await readTlsFile(config.certFile, 'ARKVORY_TLS_CERT_FILE');
+  const key = await readTlsFile(config.keyFile, 'ARKVORY_TLS_KEY_FILE');
   const clientCa =
-    config.clientCaFile === undefined ? undefined : await read(config.clientCaFile, 'ARKVORY_TLS_CLIENT_CA_FILE');
+    config.clientCaFile === undefined
+      ? undefined
+      : await readTlsFile(config.clientCaFile, 'ARKVORY_TLS_CLIENT_CA_FILE');
   const hash = createHash('sha256');
   for (const part of [cert, key, clientCa]) hash.update(part === undefined ? '-' : part).update('\u0000');
   return {
