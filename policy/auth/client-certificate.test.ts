@@ -8,6 +8,9 @@ describe('normalizeSan', () => {
     ['uri:spiffe://example.org/ci', 'URI:spiffe://example.org/ci'],
     ['DNS:Builder.Example.org', 'DNS:builder.example.org'],
     ['builder.example.org', 'DNS:builder.example.org'],
+    // No normalisation beyond a DNS name's case: a trailing dot, a URI's case and its escapes are kept.
+    ['DNS:ci.example.org.', 'DNS:ci.example.org.'],
+    ['URI:SPIFFE://Example.org/c%69', 'URI:SPIFFE://Example.org/c%69'],
     ['  DNS:Builder.example.org  ', 'DNS:builder.example.org'],
     // A bare URI whose path holds `DNS:` is still a URI: only a leading kind names the kind.
     ['spiffe://example.org/DNS:x', 'URI:spiffe://example.org/DNS:x'],
@@ -49,6 +52,14 @@ describe('certificateSans', () => {
     // A quoted value that is not a JSON string is skipped, not read raw.
     ['URI:"spiffe://example.org/\\x", DNS:ok.example', ['DNS:ok.example']],
     ['URI:"a" DNS:x, DNS:ok.example', ['DNS:ok.example']],
+    // What Node prints for an otherName (a UPN) holding commas and a SAN's text: its commas escaped
+    // in one quoted value, so no URI is read out of it.
+    [
+      String.raw`othername:"UPN:x\u002c URI:spiffe://example.org/b\u002c DNS:y", URI:spiffe://example.org/c`,
+      ['URI:spiffe://example.org/c'],
+    ],
+    // Exact, as bindings are (docs/tls.md): a trailing dot and a URI's case are kept.
+    ['DNS:ci.example.org., URI:SPIFFE://Example.org/ci', ['DNS:ci.example.org.', 'URI:SPIFFE://Example.org/ci']],
   ])('%j → %j', (input, expected) => expect(certificateSans(input)).toEqual(expected));
 });
 

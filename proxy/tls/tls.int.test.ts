@@ -728,6 +728,29 @@ describe('client certificates (mutual TLS)', () => {
     expect(line!.level).toBe('info');
   });
 
+  it("a certificate whose SANs are bound to two principals is 401 (the reason logged); beside an unbound SAN, a bound one is its principal's", async () => {
+    await createServiceAccount(db.pool, { name: 'mtls-second', grants: { [REPO]: 'read' } });
+    const bind = await runCli(['principals', 'bind-cert', 'mtls-second', 'spiffe://example.org/second'], {
+      ARKVORY_DATABASE_URL: db.url,
+    });
+    expect(bind.code, bind.stderr).toBe(0);
+    const issue = (name: string, sans: string[]) =>
+      issueCertificate(ca, dir, name, { sans, usage: 'client', keyType: 'ec' });
+    const both = await issue('client-both', [SAN, 'URI:spiffe://example.org/second']);
+    const withUnbound = await issue('client-with-unbound', ['DNS:unbound.example.org', SAN]);
+    const ambiguous = agentFor(both);
+    const refused = await httpsRequest(`${gw.https}${mtlsTarget}/content`, { ca: ca.certPem, agent: ambiguous });
+    ambiguous.destroy();
+    expect(refused.status).toBe(401);
+    const reason = `the certificate's names ${SAN}, URI:spiffe://example.org/second are bound to different principals`;
+    await waitUntil(() => gw.logs().includes(reason), { what: 'the log to give the reason', timeoutMs: 5000 });
+    const one = agentFor(withUnbound);
+    const ok = await httpsRequest(`${gw.https}${mtlsTarget}/content`, { ca: ca.certPem, agent: one });
+    one.destroy();
+    expect(ok.status).toBe(200);
+    expect(sha256(ok.body)).toBe(sha256(payload));
+  });
+
   it('unbinding refuses the next request on an open keep-alive connection within 2 s', async () => {
     const agent = agentFor(bound);
     const first = await httpsRequest(`${gw.https}${mtlsTarget}`, { ca: ca.certPem, agent, method: 'HEAD' });
