@@ -2,10 +2,9 @@
  * Bandwidth governors and admission over real HTTP (ADR 0008): a real gateway process, real keys,
  * real downloads. Rates are small so the bounds are measurable in a few seconds.
  */
-import { readdir } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
-import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
@@ -13,6 +12,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { stagedUploads } from '../../test/support/worker-instance.ts';
 import { waitUntil } from '../../test/harness/index.ts';
 
 const KiB = 1024;
@@ -188,10 +188,18 @@ describe.each(WORKER_COUNTS)('governors over HTTP, %i worker(s)', (workers) => {
     const upload = (key: string, id: string, body: Buffer) =>
       request(`${gw.url}/api/v1/repositories/bw/artifacts/${id}`, { method: 'PUT', headers: bearer(key), body });
     const heavyRun = upload(heavy.key, `heavy-up-${workers}.bin`, randomContent(8 * MiB)).catch(() => undefined);
-    // Once its body is being staged, the light upload starts.
-    await waitUntil(async () => (await readdir(path.join(gw.dataDir, 'tmp')).catch(() => [])).length > 0, {
-      what: 'the heavy upload staging',
-    });
+    // Once its body is being staged and paced (a staged file holding a granted quantum), the light
+    // upload starts. Not "tmp/ holds anything": with two workers it holds each worker's own staging
+    // directory from the start, so that wait passed at once and, on a loaded machine, the light
+    // upload could run before the heavy one was admitted and rightly go alone (433 ms in CI).
+    await waitUntil(
+      async () => {
+        for (const staged of await stagedUploads(gw.dataDir))
+          if ((await stat(staged).catch(() => undefined))?.size) return true;
+        return false;
+      },
+      { what: 'the heavy upload staging', process: gw },
+    );
     const started = performance.now();
     const lightRun = await upload(light.key, `light-up-${workers}.bin`, randomContent(192 * KiB));
     expect(lightRun.status).toBe(201);
