@@ -452,7 +452,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_STORE_PROBE_INTERVAL_MILLISECONDS',
     kind: { type: 'int', min: 100, max: 60000 },
     defaultValue: '2000',
-    doc: 'How often a gateway probes its store (directory: the mount and `storage-id`; static HTTP and S3: a GET of `storage-id`), each probe bounded by 0.9 interval; the state (`ok`, `degraded`, `unreachable`) is in `/health/status` and routers stop sending reads to a gateway whose store is unreachable (docs/router.md, "Store health").',
+    doc: 'How often a gateway probes its store (directory: the mount and `storage-id`; static HTTP and S3: a GET of `storage-id`), each probe bounded by 0.9 interval of the gateway’s running time (the time its timers fire late is not counted); the state (`ok`, `degraded`, `unreachable`) is in `/health/status` and routers stop sending reads to a gateway whose store is unreachable (docs/router.md, "Store health").',
   },
   {
     name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS',

@@ -1,3 +1,6 @@
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
 import { STORE_STATES, StoreHealth, storeHealthBody, storeHealthOptions } from './store-health.ts';
@@ -184,6 +187,30 @@ describe('store probe and store-call faults', () => {
     const started = performance.now();
     expect((await probeStore({ read: () => new Promise(() => {}) }, id, 60))?.code).toBe('upstream_timeout');
     expect(performance.now() - started).toBeGreaterThanOrEqual(55);
+  });
+
+  it('a process that stood still past the deadline does not count its own stall as the store timing out; a silent store still does', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'probe-'));
+    try {
+      await writeFile(path.join(dir, 'storage-id'), `${id}\n`);
+      const standStill = (ms: number) => {
+        const until = performance.now() + ms;
+        while (performance.now() < until);
+      };
+      // The file's answer comes through the thread pool and the event loop's poll phase, after the
+      // timers phase that finds the deadline passed: before, that order made this an upstream_timeout.
+      const probing = probeStore({ read: () => readFile(path.join(dir, 'storage-id'), 'utf8') }, id, 50);
+      standStill(150);
+      expect(await probing).toBeUndefined();
+      // A store that never answers fails, at most one more timeout after the stall.
+      const started = performance.now();
+      const silent = probeStore({ read: () => new Promise(() => {}) }, id, 50);
+      standStill(150);
+      expect((await silent)?.code).toBe('upstream_timeout');
+      expect(performance.now() - started).toBeLessThan(150 + 50 + 100);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it("counts only the store's own failures: not_found and client faults are the store doing its job", () => {
