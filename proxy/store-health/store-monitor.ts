@@ -20,13 +20,11 @@ const MIN_STEP_MS = 10;
  * short timers, and the time each runs late is not counted. A timer runs late when the process stood
  * still (descheduled on a loaded machine, a long synchronous task), and then the read's answer,
  * which comes through the same event loop, could not be taken either: that time is the process's,
- * not the store's. Before, one timer of `timeoutMs` decided: on a 2-core machine at a load average
- * of about 20, with a 270 ms bound, 7 of 8 gateways saw a healthy directory store's probe time out,
- * the read answered 0.6 to 280 ms after a timer 5 to 200 ms late (the event loop's timers phase
- * comes before the poll phase that takes the answer); with the chain, 0 of 8. The last timer ends
- * it in the phase after the poll (setImmediate), so an answer that came while it ran late is taken
- * first. A store that does not answer still fails after `timeoutMs` of the process's own time. The
- * cost: eight timers a probe instead of one.
+ * not the store's (the timers phase runs before the poll phase that takes the answer; one timer of
+ * `timeoutMs` made a healthy store time out on a loaded machine, docs/router.md). The last timer
+ * ends it in the phase after the poll (setImmediate), so an answer that came while it ran late is
+ * taken first. A store that does not answer still fails after `timeoutMs` of the process's own
+ * time, at the cost of eight timers a probe instead of one.
  */
 export async function probeStore(
   identity: Pick<IdentityObject, 'read'>,
