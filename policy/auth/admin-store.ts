@@ -305,11 +305,13 @@ export class AdminStore {
    * repositories, in one statement (it used to be one query per principal: 1.0 s at 2,000
    * principals). Each bounded list carries the cursor of the admin listing that continues it
    * (`listKeys`, `listGrants`, `listRepositories`): a principal with thousands of keys or grants made
-   * the page unbounded, and repositories past the first 1000 could not be reached at all.
+   * the page unbounded, and repositories past the first 1000 could not be reached at all. The
+   * repositories come with the first page only (null past it): a "more principals" read them again,
+   * up to 1000, each time, and the console keeps the first page's.
    */
   async accessView(page: PageRequest = {}): Promise<{
     principals: Page<AccessPrincipal>;
-    repositories: Page<{ name: string; createdAt: string }>;
+    repositories: Page<{ name: string; createdAt: string }> | null;
   }> {
     const limit = pageLimit(page.limit);
     const after = decodeCursor(page.cursor, CURSORS.access);
@@ -332,7 +334,7 @@ export class AdminStore {
                                        ORDER BY repository LIMIT $5) g), '[]'::json)
           ) ORDER BY p.name) FROM page p) AS principals,
          (SELECT json_agg(to_jsonb(x) ORDER BY x.name)
-            FROM (SELECT name, created_at FROM arkvory_repositories ORDER BY name LIMIT $3) x) AS repositories`,
+            FROM (SELECT name, created_at FROM arkvory_repositories WHERE $1::text IS NULL ORDER BY name LIMIT $3) x) AS repositories`,
       [after?.[0] ?? null, limit + 1, ACCESS_REPOSITORIES_SHOWN + 1, ACCESS_KEYS_SHOWN + 1, ACCESS_GRANTS_SHOWN + 1],
     );
     const row = r.rows[0]!;
@@ -367,7 +369,10 @@ export class AdminStore {
     }));
     return {
       principals: pageOf(principals, limit, CURSORS.access, (p) => [p.name]),
-      repositories: pageOf(repositories, ACCESS_REPOSITORIES_SHOWN, CURSORS.repositories, (x) => [x.name]),
+      repositories:
+        after === undefined
+          ? pageOf(repositories, ACCESS_REPOSITORIES_SHOWN, CURSORS.repositories, (x) => [x.name])
+          : null,
     };
   }
 

@@ -498,6 +498,18 @@ describe("the console's access view", () => {
       expect((view.body.repositories as Array<{ name: string }>).map((r) => r.name)).toEqual(
         repositories.slice(0, ACCESS_REPOSITORIES_SHOWN),
       );
+      // The next page ("more principals") is principals alone: the first page's repositories are
+      // not read or sent again (they were, up to 1000, on every page).
+      const morePrincipals = await getJson(
+        `/console/api/access?limit=2&cursor=${encodeURIComponent(view.body.nextCursor as string)}`,
+        cookie,
+      );
+      expect(morePrincipals.status).toBe(200);
+      expect(Object.keys(morePrincipals.body).sort()).toEqual(['nextCursor', 'principals']);
+      expect((morePrincipals.body.principals as Array<{ name: string }>).map((p) => p.name)).toEqual([
+        'p-00001',
+        'p-00002',
+      ]);
       // Each cursor continues the admin API's own listing, served read-only under /console/api.
       const keys = await walk(
         `/console/api/principals/aab-heavy/keys?cursor=${encodeURIComponent(row!.keysNextCursor as string)}`,
@@ -579,11 +591,13 @@ describe("the console's access view", () => {
       const store = new AdminStore(counting);
       const first = await store.accessView({ limit: PAGE_MAX_LIMIT });
       expect(first.principals.items).toHaveLength(PAGE_MAX_LIMIT);
-      expect(first.repositories.items.map((r) => r.name)).toContain('paged');
+      expect(first.repositories!.items.map((r) => r.name)).toContain('paged');
       expect(queries).toBe(1);
       const second = await store.accessView({ limit: PAGE_MAX_LIMIT, cursor: first.principals.nextCursor });
       expect(queries).toBe(2);
       expect(second.principals.items[0]!.name > first.principals.items.at(-1)!.name).toBe(true);
+      // The repositories come with the first page only: "more principals" does not read them again.
+      expect(second.repositories).toBeNull();
     } finally {
       await counting.end();
     }

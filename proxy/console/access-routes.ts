@@ -26,13 +26,15 @@ export function accessRoutes(services: Services): Route[] {
   return [
     // One statement for the whole page (policy/auth/admin-store.ts `accessView`), whatever its size;
     // each principal's keys and grants and the repositories are bounded, with where each continues.
+    // The repositories come with the first page only: a page past it ("more principals") is principals.
     api(['GET'], 'access', async (ctx) => {
       const view = await store.accessView(pageQuery(ctx.url));
       sendJson(ctx.res, 200, {
         principals: view.principals.items,
         nextCursor: view.principals.nextCursor,
-        repositories: view.repositories.items,
-        repositoriesNextCursor: view.repositories.nextCursor,
+        ...(view.repositories
+          ? { repositories: view.repositories.items, repositoriesNextCursor: view.repositories.nextCursor }
+          : {}),
       });
     }),
     mirror('GET', '/principals/:principal/keys'),

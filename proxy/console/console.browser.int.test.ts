@@ -282,6 +282,10 @@ describe('the console in chromium', () => {
          SELECT $1, 'heap-' || lpad(i::text, 4, '0'), 'write' FROM generate_series(1, 101) i`,
       [heaped],
     );
+    // 100 principals sorting last: past the first page of principals, so "more principals" shows.
+    await db.pool.query(
+      `INSERT INTO arkvory_principals (name) SELECT 'zz-' || lpad(i::text, 3, '0') FROM generate_series(1, 100) i`,
+    );
     const grantOptions = page.locator('#grant-form select[name=repository] option');
     const ceilingOptions = page.locator('#repository-ceiling-form select[name=repository] option');
     try {
@@ -306,6 +310,18 @@ describe('the console in chromium', () => {
       await page.locator('#repository-ceiling-form option[value="libs"]').waitFor({ state: 'attached' });
       expect(await page.isHidden('#more-repositories')).toBe(true);
 
+      // "More principals" reads principals alone (no repositories again) and the selects keep theirs.
+      const morePrincipals = page.waitForResponse(
+        (r) => new URL(r.url()).pathname === '/console/api/access' && new URL(r.url()).searchParams.has('cursor'),
+      );
+      await page.click('#more-principals');
+      const answer = (await (await morePrincipals).json()) as Record<string, unknown>;
+      expect(Object.keys(answer).sort()).toEqual(['nextCursor', 'principals']);
+      await page.locator('#principal-rows tr[data-principal="zz-100"]').waitFor();
+      expect(await page.isHidden('#more-principals')).toBe(true);
+      expect(await grantOptions.count()).toBe(1001);
+      expect(await page.locator('#grant-form option[value="libs"]').count()).toBe(1);
+
       // By the start of its name: the selects offer those only, and keep them after a grant.
       await page.fill('#repository-prefix', 'heap-09');
       await page.click('#repository-find button[type=submit]');
@@ -325,6 +341,7 @@ describe('the console in chromium', () => {
       expect(await grantOptions.count()).toBe(100);
     } finally {
       await db.pool.query('DELETE FROM arkvory_principals WHERE id = $1', [heaped]);
+      await db.pool.query(`DELETE FROM arkvory_principals WHERE name LIKE 'zz-%'`);
       await db.pool.query(`DELETE FROM arkvory_repositories WHERE name LIKE 'heap-%'`);
     }
     // An empty prefix is every repository again, from the first.
