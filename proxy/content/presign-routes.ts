@@ -13,7 +13,7 @@ import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
-import { requestScheme, type TrustedProxies } from '../router/forwarded.ts';
+import { forwardedPrefix, requestScheme, type TrustedProxies } from '../router/forwarded.ts';
 
 /** Lifetime of a link whose request names none. */
 export const DEFAULT_LINK_SECONDS = 3600;
@@ -34,7 +34,7 @@ export function presignRoutes(deps: {
   links: PresignedLinks;
   catalog: Catalog;
   maxExpiresSeconds: number;
-  /** ARKVORY_TRUSTED_PROXIES: only they say the client's scheme. */
+  /** ARKVORY_TRUSTED_PROXIES: only they say the client's scheme and the path prefix they publish us under. */
   trusted: TrustedProxies;
 }): Route[] {
   return ARTIFACT_KINDS.map((kind) => ({
@@ -58,8 +58,10 @@ export function presignRoutes(deps: {
         lifetime.seconds,
         key.repository,
       );
+      // A trusted proxy's path prefix goes in the URL only: the signature covers the path this
+      // gateway sees (and checks), which the proxy reaches by stripping the prefix again.
       sendJson(ctx.res, 201, {
-        url: `${requestOrigin(ctx, deps.trusted)}${link.pathAndQuery}`,
+        url: `${requestOrigin(ctx, deps.trusted)}${forwardedPrefix(ctx.req, deps.trusted)}${link.pathAndQuery}`,
         path: link.pathAndQuery,
         expiresAt: link.expiresAt.toISOString(),
         methods: ['GET', 'HEAD'],

@@ -284,6 +284,29 @@ function schemeSaidByProxy(headers: IncomingHttpHeaders): Scheme | undefined {
   return entries.length > 0 ? schemeOf(entries.at(-1)) : forwarded;
 }
 
+/** The longest `X-Forwarded-Prefix` taken: a prefix is a few path segments. */
+const MAX_FORWARDED_PREFIX_LENGTH = 256;
+
+/**
+ * The path prefix a trusted proxy publishes the gateway under (`X-Forwarded-Prefix: /arkvory`, set by
+ * a proxy that strips it before the gateway), without a trailing slash; `''` for none. Only the socket
+ * peer's word when it is a trusted proxy, as for `requestScheme`: a client must not choose the path
+ * of the links made for it. One value only, segments of letters, digits and `-._~` (never `.` or
+ * `..`), at most 256 characters; anything else (a list, a `//`, a query, an encoded byte) says
+ * nothing and no prefix stands. `Forwarded` (RFC 7239) has no parameter for it.
+ *
+ * The prefix is never signed or checked by the gateway: it signs and checks the path it sees, which
+ * the proxy reaches by stripping the prefix again, so only the link handed out carries it.
+ */
+export function forwardedPrefix(req: Pick<IncomingMessage, 'socket' | 'headers'>, trusted: TrustedProxies): string {
+  const value = req.headers['x-forwarded-prefix'];
+  if (typeof value !== 'string' || !trusted.isTrusted(req.socket?.remoteAddress ?? '')) return '';
+  const text = value.trim();
+  if (text.length > MAX_FORWARDED_PREFIX_LENGTH || !/^(?:\/[A-Za-z0-9._~-]+)*\/?$/.test(text)) return '';
+  if (text.split('/').some((segment) => segment === '.' || segment === '..')) return '';
+  return text.endsWith('/') ? text.slice(0, -1) : text;
+}
+
 function forwardedNode(address: string): string {
   return isIP(address) === 6 ? `"[${address}]"` : address;
 }
@@ -353,8 +376,8 @@ function hopFor(input: ForwardingInput, cache: HopCache | undefined): Hop {
 /**
  * The head a router sends upstream, as a raw list for `http.request({headers})`: the client's own
  * headers in order and as spelled (duplicates included), minus hop-by-hop ones (and any named in
- * `Connection`), then `X-Forwarded-For`, `Forwarded`, `X-Forwarded-Proto`, `X-Forwarded-Host` and
- * `x-request-id`. A peer that is a trusted proxy has its chain extended; from anyone else the
+ * `Connection`), then `X-Forwarded-For`, `Forwarded`, `X-Forwarded-Proto`, `X-Forwarded-Host`, a
+ * trusted proxy's `X-Forwarded-Prefix` and `x-request-id`. A peer that is a trusted proxy has its chain extended; from anyone else the
  * forwarding headers are replaced, so a client cannot plant an address. `Expect` is dropped: the
  * caller asks the gateway for `100 Continue` itself. `cache` (the client's socket) keeps what is
  * the same for every request of the connection.
@@ -403,6 +426,10 @@ export function buildUpstreamHeaders(input: ForwardingInput, cache?: HopCache): 
     proto,
   );
   if (host) out.push('x-forwarded-host', host);
+  // A trusted proxy's path prefix goes on as it sent it (the gateway checks it: forwardedPrefix);
+  // a client's own is dropped, never passed to a gateway that trusts the router.
+  const prefix = fromProxy ? headerText(headers['x-forwarded-prefix']) : undefined;
+  if (prefix !== undefined) out.push('x-forwarded-prefix', prefix);
   out.push('x-request-id', input.requestId);
   return out;
 }

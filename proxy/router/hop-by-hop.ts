@@ -98,6 +98,8 @@ export function requestHeaderKind(name: string): RequestHeader {
       return is(name, 'proxy-connection') ? RequestHeader.Drop : RequestHeader.Keep;
     case 17:
       return is(name, 'x-forwarded-proto') ? RequestHeader.Forwarding : RequestHeader.Keep;
+    case 18:
+      return is(name, 'x-forwarded-prefix') ? RequestHeader.Forwarding : RequestHeader.Keep;
     case 19:
       return is(name, 'proxy-authorization') ? RequestHeader.Drop : RequestHeader.Keep;
     default:

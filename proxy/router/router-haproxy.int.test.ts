@@ -105,7 +105,7 @@ describe('deploy/haproxy/haproxy.cfg with real HAProxy', () => {
     expect(haproxy!.logs()).not.toContain(signature);
   });
 
-  it('says the client used http whatever X-Forwarded-Proto the client sent: its pre-signed link is http://', async () => {
+  it('says the client used http whatever X-Forwarded-Proto the client sent, and no path prefix: its pre-signed link is http:// on the root', async () => {
     const artifact = '/api/v1/repositories/shared/artifacts/scheme.bin';
     const put = await request(`${haproxyUrl}${artifact}`, {
       method: 'PUT',
@@ -116,10 +116,17 @@ describe('deploy/haproxy/haproxy.cfg with real HAProxy', () => {
     // The gateways trust this HAProxy's word on the scheme; the client's own header is not its word.
     const made = await request(`${haproxyUrl}${artifact}/presign`, {
       method: 'POST',
-      headers: { ...bearer(key), 'content-type': 'application/json', 'x-forwarded-proto': 'https' },
+      headers: {
+        ...bearer(key),
+        'content-type': 'application/json',
+        'x-forwarded-proto': 'https',
+        'x-forwarded-prefix': '/elsewhere',
+      },
       body: Buffer.from('{}'),
     });
     expect(made.status).toBe(201);
-    expect((JSON.parse(made.body.toString()) as { url: string }).url).toMatch(/^http:\/\//);
+    expect((JSON.parse(made.body.toString()) as { url: string }).url).toMatch(
+      new RegExp(`^${haproxyUrl.replace(/^https?/, 'http')}${artifact}/content\\?`),
+    );
   });
 });

@@ -249,4 +249,23 @@ describe('deploy/nginx/arkvory.conf with real nginx', () => {
     expect(logged).not.toContain(query);
     expect(logged).not.toContain(key.slice(`ark_`.length + 17));
   });
+
+  it("passes no X-Forwarded-Prefix of a client's on: the gateways, trusting nginx, make links on the root", async () => {
+    const artifact = '/api/v1/repositories/shared/artifacts/prefix.bin';
+    const put = await request(`${nginxUrl}${artifact}`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: Buffer.from('prefix'),
+    });
+    expect(put.status).toBe(201);
+    const made = await request(`${nginxUrl}${artifact}/presign`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json', 'x-forwarded-prefix': '/elsewhere' },
+      body: Buffer.from('{}'),
+    });
+    expect(made.status).toBe(201);
+    const { url } = JSON.parse(made.body.toString()) as { url: string };
+    expect(url.startsWith(`${nginxUrl}${artifact}/content?`), url).toBe(true);
+    expect((await request(url)).status).toBe(200);
+  });
 });

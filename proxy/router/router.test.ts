@@ -11,6 +11,7 @@ import {
   clientAddressFrom,
   createTrustedProxies,
   forwardedForNodes,
+  forwardedPrefix,
   forwardingHops,
   normalizeAddress,
   parseTrustedProxies,
@@ -630,6 +631,55 @@ describe('requestScheme: the scheme a request arrived with', () => {
   });
 });
 
+describe('forwardedPrefix: the path a trusted proxy publishes the gateway under', () => {
+  const trusted = createTrustedProxies(['10.0.0.1']);
+  const prefix = (peer: string, value: string | string[] | undefined) =>
+    forwardedPrefix(
+      {
+        socket: { remoteAddress: peer },
+        headers: value === undefined ? {} : { 'x-forwarded-prefix': value },
+      } as unknown as Parameters<typeof forwardedPrefix>[0],
+      trusted,
+    );
+
+  it("is a trusted proxy's X-Forwarded-Prefix, without its last slash", () => {
+    expect(prefix('10.0.0.1', '/arkvory')).toBe('/arkvory');
+    expect(prefix('::ffff:10.0.0.1', '/arkvory/')).toBe('/arkvory');
+    expect(prefix('10.0.0.1', ' /tools/arkvory.v2~x_y ')).toBe('/tools/arkvory.v2~x_y');
+    expect(prefix('10.0.0.1', '/')).toBe('');
+    expect(prefix('10.0.0.1', '')).toBe('');
+    expect(prefix('10.0.0.1', undefined)).toBe('');
+  });
+
+  it('is nothing from a peer that is no trusted proxy, whatever it says', () => {
+    expect(prefix('192.0.2.9', '/arkvory')).toBe('');
+    expect(prefix(undefined as unknown as string, '/arkvory')).toBe('');
+  });
+
+  it('says nothing when it is not a plain path prefix: the gateway never puts a host, a query or a climb in a link', () => {
+    for (const value of [
+      'arkvory',
+      '//evil.example',
+      '/a//b',
+      '/a/../b',
+      '/..',
+      '/.',
+      '/a?x=1',
+      '/a#x',
+      '/a%2Fb',
+      '/a b',
+      '/a, /b',
+      'https://evil.example/a',
+      '/a\\b',
+      `/${'a'.repeat(256)}`,
+      ['/a', '/b'],
+    ]) {
+      expect(prefix('10.0.0.1', value), JSON.stringify(value)).toBe('');
+    }
+    expect(prefix('10.0.0.1', `/${'a'.repeat(255)}`)).toBe(`/${'a'.repeat(255)}`);
+  });
+});
+
 describe('buildUpstreamHeaders', () => {
   const none = createTrustedProxies([]);
   /** A raw head (`req.rawHeaders`) and the object node:http parses from it (`req.headers`). */
@@ -816,6 +866,23 @@ describe('buildUpstreamHeaders', () => {
     expect(proto(['X-Forwarded-Proto', 'http, https'])).toEqual(['https', 'for=127.0.0.2;proto=https;host=h']);
     expect(proto(['X-Forwarded-Proto', 'https, http'])[0]).toBe('http');
     expect(proto(['X-Forwarded-Proto', 'wss'])).toEqual(['http', 'for=127.0.0.2;proto=http;host=h']);
+  });
+
+  it("passes a trusted proxy's X-Forwarded-Prefix on and drops anyone else's", () => {
+    const trusted = createTrustedProxies(['127.0.0.2']);
+    const sentPrefix = (remoteAddress: string) => {
+      const out = buildUpstreamHeaders({
+        ...head(['host', 'h', 'X-Forwarded-Prefix', '/arkvory']),
+        remoteAddress,
+        encrypted: false,
+        trusted,
+        requestId: 'r',
+      });
+      // Every value sent under that name, in any case.
+      return out.flatMap((name, i) => (i % 2 === 0 && name.toLowerCase() === 'x-forwarded-prefix' ? [out[i + 1]] : []));
+    };
+    expect(sentPrefix('127.0.0.2')).toEqual(['/arkvory']);
+    expect(sentPrefix('203.0.113.9')).toEqual([]);
   });
 
   it('extends the chain of a trusted proxy (two X-Forwarded-For in order) and quotes IPv6 in Forwarded', () => {

@@ -28,6 +28,7 @@ import { freeLoopbackPort } from '../../test/harness/index.ts';
 import { http2Request } from '../../test/support/http2-request.ts';
 import { httpsRequest } from '../../test/support/https-request.ts';
 import { curlHead } from '../../test/support/curl-head.ts';
+import { startHeaderLoggingProxy } from '../../test/support/header-logging-proxy.ts';
 import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
@@ -1189,6 +1190,38 @@ describe('the scheme a request arrived with, over plain HTTP: one rule for the c
     const { cookie, url } = await cookieAndLink('127.0.0.1', base, target, admin.key, viaHttps);
     expect(cookie).toMatch(SECURE_COOKIE);
     expect(url).toMatch(/^https:\/\//);
+  });
+
+  it("a trusted proxy publishing the gateway under a path (a real nginx at /arkvory/ saying X-Forwarded-Prefix): its links carry the prefix and work through it; anyone else's prefix is ignored", async () => {
+    const proxy = await startHeaderLoggingProxy(base, { pathPrefix: '/arkvory/', forwardedPrefix: true });
+    try {
+      const made = await exchangeFrom('127.0.0.1', `${proxy.url}/arkvory${target}/presign`, {
+        method: 'POST',
+        headers: { ...bearer(admin.key), 'content-type': 'application/json', 'x-forwarded-prefix': '/elsewhere' },
+        body: '{}',
+      });
+      expect(made.status, made.body).toBe(201);
+      const link = JSON.parse(made.body) as { url: string; path: string };
+      // Signed and checked on the path the gateway sees; only the URL handed out has the prefix.
+      expect(link.path).toMatch(new RegExp(`^${target}/content\\?X-Arkvory-Key=`));
+      expect(link.url).toBe(`${proxy.url}/arkvory${link.path}`);
+      const got = await fetch(link.url);
+      expect(got.status).toBe(200);
+      expect((await got.arrayBuffer()).byteLength).toBe(1000);
+      expect((await proxy.requests()).filter((r) => r.request.includes('/content')).map((r) => r.status)).toEqual([
+        200,
+      ]);
+    } finally {
+      await proxy.stop();
+    }
+    // A peer that is no trusted proxy names no prefix, whatever it sends.
+    const untrusted = await exchangeFrom(UNTRUSTED_PEER, `${base}${target}/presign`, {
+      method: 'POST',
+      headers: { ...bearer(admin.key), 'content-type': 'application/json', 'x-forwarded-prefix': '/arkvory' },
+      body: '{}',
+    });
+    expect(untrusted.status).toBe(201);
+    expect((JSON.parse(untrusted.body) as { url: string }).url).toMatch(new RegExp(`^${base}${target}/content\\?`));
   });
 });
 

@@ -46,14 +46,18 @@ async function stopChild(child: ChildProcess): Promise<void> {
 /**
  * Starts nginx proxying everything to `upstream` (`http://host:port`); with `pathPrefix` (`/p/`), only
  * what is under that prefix, which nginx strips (a service published under a path of a shared host).
+ * `forwardedPrefix`: nginx also says so in `X-Forwarded-Prefix` (the prefix without its last slash),
+ * replacing whatever its client sent there.
  */
 export async function startHeaderLoggingProxy(
   upstream: string,
-  options: { pathPrefix?: string } = {},
+  options: { pathPrefix?: string; forwardedPrefix?: boolean } = {},
 ): Promise<HeaderLoggingProxy> {
   const prefix = options.pathPrefix;
   if (prefix !== undefined && !/^\/[A-Za-z0-9._~/-]*\/$/.test(prefix))
     throw new Error(`a path prefix starts and ends with a slash: ${prefix}`);
+  if (options.forwardedPrefix && prefix === undefined) throw new Error('forwardedPrefix needs a pathPrefix');
+  const forwarded = options.forwardedPrefix ? `\n    proxy_set_header X-Forwarded-Prefix ${prefix!.slice(0, -1)};` : '';
   if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
   const dir = await makeTempDir('arkvory-logging-proxy-');
   const port = await freeLoopbackPort();
@@ -68,7 +72,7 @@ server {
     proxy_pass ${upstream}${prefix === undefined ? '' : '/'};
     proxy_http_version 1.1;
     proxy_set_header Host $http_host;
-    proxy_set_header Connection "";
+    proxy_set_header Connection "";${forwarded}
     proxy_request_buffering off;
     proxy_buffering off;
   }
