@@ -146,6 +146,8 @@ describe('through the router', () => {
     const status = await request(`${router.url}/console/api/status`, { headers: { cookie } });
     expect(status.status).toBe(200);
     expect(json(status).gateway.role).toBe('api');
+    // The live transfers are bounded (the oldest 100), the others counted: none here.
+    expect(json(status).transfers).toMatchObject({ live: [], liveNotShown: 0 });
     const out = await request(`${router.url}/console/api/session`, {
       method: 'DELETE',
       headers: { cookie, 'x-csrf-token': csrf },

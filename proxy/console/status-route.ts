@@ -40,6 +40,7 @@ export function statusRoute(services: Services, samples: RateSamples): Route {
       }),
     );
     const admission = transfers.admission.snapshot();
+    const live = transfers.live.list();
     const governor = (d: 'download' | 'upload') => {
       const g = transfers.governors[d].snapshot();
       return {
@@ -63,7 +64,14 @@ export function statusRoute(services: Services, samples: RateSamples): Route {
         permitted: coordinator.isPermitted(),
       },
       slots: slotViews,
-      transfers: { downloads: counts('downloads'), uploads: counts('uploads'), live: transfers.live.list() },
+      // The oldest transfers and how many more there are: the table is as long as the queues of
+      // every principal together, and the view asks every 2 seconds.
+      transfers: {
+        downloads: counts('downloads'),
+        uploads: counts('uploads'),
+        live,
+        liveNotShown: transfers.live.size - live.length,
+      },
       bandwidth: {
         ceilings: {
           download: governor('download'),

@@ -275,6 +275,15 @@ function renderTransfers(t) {
     ),
   );
   if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, text: 'No transfer right now.' })));
+  // The status answer lists the oldest 100; the others are counted.
+  if (t.liveNotShown > 0)
+    rows.push(
+      el(
+        'tr',
+        { 'data-transfers-not-shown': t.liveNotShown },
+        el('td', { colspan: 7, text: `${t.liveNotShown} more not shown.` }),
+      ),
+    );
   $('transfer-rows').replaceChildren(...rows);
 }
 
