@@ -524,6 +524,11 @@ describe("the console's access view", () => {
         cookie,
       );
       expect(grants.items.map((g) => g.repository)).toEqual(granted.slice(ACCESS_GRANTS_SHOWN));
+      // Without a principal: every principal's grants, paged the same way (never one answer of all).
+      const everyGrant = await walk('/console/api/grants?limit=1000', 'grants', cookie);
+      expect(everyGrant.largest).toBe(1000);
+      expect(everyGrant.pages).toBeGreaterThan(2);
+      expect(everyGrant.items.filter((g) => g.principalName === 'aab-heavy').map((g) => g.repository)).toEqual(granted);
       const more = await walk(
         `/console/api/repositories?cursor=${encodeURIComponent(view.body.repositoriesNextCursor as string)}`,
         'repositories',
@@ -551,6 +556,7 @@ describe("the console's access view", () => {
         '/console/api/principals/aab-heavy/keys?cursor=forged!',
         `/console/api/principals/aab-heavy/keys?cursor=${encodeCursor(CURSORS.keys, ['1x', 'k'])}`,
         '/console/api/grants?principal=aab-heavy&cursor=forged!',
+        '/console/api/grants?cursor=forged!',
         `/console/api/grants?principal=aab-heavy&cursor=${row!.keysNextCursor as string}`,
         '/console/api/repositories?cursor=forged!',
         `/console/api/repositories?cursor=${encodeCursor(CURSORS.access, ['aab-heavy'])}`,
