@@ -289,8 +289,15 @@ describe('the console in chromium', () => {
     const grantOptions = page.locator('#grant-form select[name=repository] option');
     const ceilingOptions = page.locator('#repository-ceiling-form select[name=repository] option');
     try {
-      // A change on the page reads the view again.
+      // A change on the page reads the view again. Its answer is waited for, and the page left to
+      // draw it: a row the 10-second refresh drew already is there before, and a "more" asked for
+      // before the change's read is drawn is dropped as continuing the view before it.
+      const reread = page.waitForResponse(
+        (r) => new URL(r.url()).pathname === '/console/api/access' && new URL(r.url()).search === '',
+      );
       await page.click('#principal-rows form[data-weight-for="limited-caller"] button[type=submit]');
+      await reread;
+      await page.waitForLoadState('networkidle');
       const row = page.locator('#principal-rows tr[data-principal="heaped"]');
       await row.waitFor();
       expect(await row.locator('li[data-key]').count()).toBe(100);
