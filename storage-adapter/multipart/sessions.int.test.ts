@@ -319,3 +319,45 @@ it('the bound on open sessions counts every session holding its parts past its e
   await open('bound-second');
   await expect(open('bound-third')).rejects.toMatchObject({ code: 'too_many_uploads' });
 });
+
+it('a finished session whose parts could not be removed is kept past its retention until they are', async () => {
+  const fs = (await openFsStore({ root, role: 'writer', pool: db.pool })).parts;
+  // A store that refuses to remove this session's parts for longer than the retention (a bucket
+  // policy denying deletes, a folder made read-only): the rows are what name its files to the sweep.
+  let refusing = true;
+  const parts: PartStore = {
+    ...fs,
+    async removeSession(sessionId) {
+      if (refusing) throw Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' });
+      return fs.removeSession(sessionId);
+    },
+  };
+  const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
+  const s = await sessions.create(
+    { repository: 'ss', kind: 'artifact', name: 'removal-refused', version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: null },
+  );
+  await sessions.putPart(scope, s.id, 1, Readable.from([Buffer.from('abc')]), { maxBytes: 1e6 });
+  await sessions.abort(scope, s.id);
+  expect(await sessions.removeLeftParts(() => {})).toBe(0);
+  await db.pool.query(`UPDATE arkvory_upload_sessions SET finished_at = now() - interval '30 days' WHERE id = $1`, [
+    s.id,
+  ]);
+  const left = async () =>
+    (
+      await db.pool.query(
+        `SELECT (SELECT count(*)::int FROM arkvory_upload_sessions WHERE id = $1) AS sessions,
+                (SELECT count(*)::int FROM arkvory_upload_parts WHERE session_id = $1) AS parts`,
+        [s.id],
+      )
+    ).rows[0] as { sessions: number; parts: number };
+  // Deleted with its part rows, its file would be named by nothing but offline gc.
+  await sessions.prune();
+  expect(await left()).toEqual({ sessions: 1, parts: 1 });
+  expect(await readdir(path.join(root, 'uploads', s.id))).toHaveLength(1);
+  refusing = false;
+  expect(await sessions.removeLeftParts(() => {})).toBeGreaterThanOrEqual(1);
+  await sessions.prune();
+  expect(await left()).toEqual({ sessions: 0, parts: 0 });
+  expect(await readdir(path.join(root, 'uploads', s.id)).catch(() => 'gone')).toBe('gone');
+});

@@ -582,8 +582,9 @@ export class UploadSessions {
   }
 
   /**
-   * Deletes sessions finished more than FINISHED_SESSION_KEEP_DAYS ago, with their parts' rows and
-   * job, through the owner's function (migrations/0071); returns how many.
+   * Deletes sessions finished more than FINISHED_SESSION_KEEP_DAYS ago, with their job, through the
+   * owner's function (migrations/0071, 0081); returns how many. One still holding part rows is kept:
+   * they name its files to `removeLeftParts`, and nothing else would remove those but offline gc.
    */
   async prune(): Promise<number> {
     let pruned = 0;
