@@ -5,6 +5,7 @@
 import { gzipSync } from 'node:zlib';
 import { createHash } from 'node:crypto';
 import { readdir, rename, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -141,6 +142,60 @@ describe('multipart uploads (embedded worker)', () => {
       upload,
     ]);
     expect(left.rows[0].n).toBe(0);
+  });
+
+  it('a client reset mid-part leaves nothing: no row, no file, its quota reservation and upload slot given back', async () => {
+    await createRepository(db.pool, 'mp-reset');
+    const writer = await createServiceAccount(db.pool, { grants: { 'mp-reset': 'write' } });
+    // A quota that fits: the part is then reserved as it arrives, and its reservation must go.
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', 'mp-reset', $1)`,
+      [100 * MiB],
+    );
+    const base = `${gw.url}/api/v1/repositories/mp-reset`;
+    const opened = await request(`${base}/artifacts/reset.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
+    const upload = json(opened).upload as string;
+    const files = () => readdir(path.join(gw.dataDir, 'uploads', upload)).catch(() => [] as string[]);
+    const reserved = async () =>
+      (
+        await db.pool.query<{ n: number; bytes: number }>(
+          `SELECT count(*)::int AS n, coalesce(sum(bytes), 0)::int AS bytes FROM arkvory_quota_reservations
+            WHERE repository = 'mp-reset' AND expires_at > now()`,
+        )
+      ).rows[0]!;
+    const part = randomContent(MiB);
+    const req = http.request(`${base}/uploads/${upload}/parts/1`, {
+      method: 'PUT',
+      headers: { ...bearer(writer.key), 'content-length': String(part.length) },
+      agent: false,
+    });
+    req.on('error', () => {});
+    req.write(part.subarray(0, 256 * 1024));
+    await waitUntil(async () => (await files()).length === 1 && (await reserved()).n === 1, {
+      what: 'the part to be on its way to disk, its bytes reserved',
+      timeoutMs: 10_000,
+    });
+    req.destroy();
+    await waitUntil(async () => (await files()).length === 0 && (await reserved()).n === 0, {
+      what: "the reset part's file and reservation gone",
+      timeoutMs: 10_000,
+    });
+    // The principal's one upload slot (ARKVORY_MAX_UPLOADS_PER_PRINCIPAL) is free again: sent whole, it is taken.
+    const again = await request(`${base}/uploads/${upload}/parts/1`, {
+      method: 'PUT',
+      headers: bearer(writer.key),
+      body: part,
+    });
+    expect(again.status, again.body.toString()).toBe(200);
+    const session = json(await request(`${base}/uploads/${upload}`, { headers: bearer(writer.key) }));
+    expect(session.parts).toEqual([{ partNumber: 1, sizeBytes: part.length, sha256: digest(part) }]);
+    expect(await files()).toHaveLength(1);
+    // Held once: the session's hold carries the part, the reset one left nothing behind.
+    expect(await reserved()).toEqual({ n: 1, bytes: part.length });
   });
 
   it('refuses a wrong part digest, a missing part, a wrong order and an expired session, publishing nothing', async () => {
