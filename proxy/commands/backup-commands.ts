@@ -1,7 +1,8 @@
 /**
  * `arkvory backup <destination>` and `arkvory restore [--verify] <source>` (storage-adapter/backup/).
  * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage; and 3 done but its audit
- * entry not recorded (as every command, cli-audit.ts), so a script tells a backup it has from one it has not.
+ * entry not recorded (as every command, cli-audit.ts), so a script tells a backup it has from one it has not;
+ * 4 a restore done whose scrub left blobs unjudged (as scrub's own 4).
  */
 import { decimalInteger } from '../../lib/decimal.ts';
 import { GatewayError } from '../server/errors.ts';
@@ -39,7 +40,8 @@ import { openStore } from '../content/storage.ts';
 import { loadCliConfig, openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
 import { BACKUP_APPLICATION_NAME } from './maintenance-barrier.ts';
-import { progressReporter } from './maintenance-commands.ts';
+import { EXIT_SCRUB_AGAIN, progressReporter, scrubExitCode } from './maintenance-commands.ts';
+import type { ScrubReport } from '../../storage-adapter/maintenance/scrub.ts';
 
 const MiB = 1048576;
 
@@ -131,6 +133,16 @@ function failed(name: string, err: unknown): number {
 /** Counts of damage found, said as `N blob(s) corrupt, N missing of N checked`. */
 function damageCounts(report: { checked: number; corrupt: readonly unknown[]; missing: readonly unknown[] }): string {
   return `${report.corrupt.length} blob(s) corrupt, ${report.missing.length} missing of ${report.checked} checked`;
+}
+
+/**
+ * A committed restore's exit code from its scrub and `recorded` (recordDone's code): damage found
+ * outweighs the rest (1), then blobs the scrub left unjudged (4, as scrub's own: the restore stands,
+ * but not every blob was judged, so run scrub again), then a missing audit entry (3).
+ */
+export function restoreExitCode(scrub: ScrubReport, recorded: number): number {
+  const code = scrubExitCode(scrub);
+  return code === 0 ? recorded : code;
 }
 
 /**
@@ -328,7 +340,8 @@ storage-id marked as an unfinished restore: no gateway opens it, and the same re
 it first. Refused while a gateway or worker of the database runs.
 Progress on stderr (a bar on a terminal, JSON lines otherwise); a JSON summary on stdout.
 Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage, 3 restored and
-clean but its audit entry not recorded (audit_not_recorded on stderr).`,
+clean but its audit entry not recorded (audit_not_recorded on stderr), 4 restored and no damage found, but
+the scrub left blobs unjudged (run arkvory scrub; outweighs 3).`,
   forms: [
     form({
       args: '<source>',
@@ -467,12 +480,16 @@ clean but its audit entry not recorded (audit_not_recorded on stderr).`,
               missing: summary.scrub.missing.length,
             },
           });
-          // Damage found by the scrub outweighs a missing audit entry.
-          if (!summary.scrub.corrupt.length && !summary.scrub.missing.length) return recorded;
-          process.stderr.write(
-            `arkvory restore: restored, but its scrub found damage in the target store: ${damageCounts(summary.scrub)} (listed under "scrub" on stdout; corrupt ones quarantined); every blob was verified as it was written, so check the store\n`,
-          );
-          return 1;
+          const code = restoreExitCode(summary.scrub, recorded);
+          if (code === 1)
+            process.stderr.write(
+              `arkvory restore: restored, but its scrub found damage in the target store: ${damageCounts(summary.scrub)} (listed under "scrub" on stdout; corrupt ones quarantined); every blob was verified as it was written, so check the store\n`,
+            );
+          else if (code === EXIT_SCRUB_AGAIN)
+            process.stderr.write(
+              `arkvory restore: restored, but its scrub left ${summary.scrub.unjudged.length} blob(s) unjudged (listed under "scrub" on stdout, nothing moved): run arkvory scrub\n`,
+            );
+          return code;
         } catch (err) {
           progress.done();
           return failed('restore', err);
