@@ -5,7 +5,7 @@
  * only checks that they agree and refuses with `storage_mismatch` otherwise.
  */
 import { randomUUID } from 'node:crypto';
-import { open, readFile, rename } from 'node:fs/promises';
+import { link, open, readFile, rename, unlink } from 'node:fs/promises';
 import type pg from 'pg';
 import { StorageError } from './errors.ts';
 import { resolveInsideRoot, STORAGE_ID_FILE } from './paths.ts';
@@ -55,6 +55,11 @@ export interface IdentityObject {
   read(): Promise<string | undefined>;
   /** Writes the object atomically. */
   write(id: string): Promise<void>;
+  /**
+   * Creates the object holding `text` only if it does not exist, in one step no other claim can come
+   * between: false (nothing written) when it exists. Where a store has no such step, absent.
+   */
+  claim?(text: string): Promise<boolean>;
 }
 
 async function readStorageId(object: IdentityObject): Promise<string | undefined> {
@@ -94,6 +99,34 @@ async function writeStorageIdFile(root: string, id: string): Promise<void> {
   await fsyncDirectory(root);
 }
 
+/**
+ * Creates `storage-id` holding `text` unless it exists: a temp file (fsynced) hard-linked to the name,
+ * which link(2) refuses (EEXIST) when the name is taken, then the root fsynced. A rename would
+ * replace a storage-id another process wrote meanwhile. False when the name was taken.
+ */
+async function claimStorageIdFile(root: string, text: string): Promise<boolean> {
+  const file = resolveInsideRoot(root, STORAGE_ID_FILE);
+  // Unique per call: two claims of one process (or of two with the same pid in containers) never share it.
+  const temp = resolveInsideRoot(root, `${STORAGE_ID_FILE}.${process.pid}.${randomUUID()}.claim`);
+  const handle = await open(temp, 'wx', 0o644);
+  try {
+    try {
+      await handle.writeFile(`${text}\n`);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await link(temp, file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw err;
+  } finally {
+    await unlink(temp).catch(() => {});
+  }
+  await fsyncDirectory(root);
+  return true;
+}
+
 /** `<root>/storage-id` of the filesystem store. */
 export function fsIdentityObject(root: string): IdentityObject {
   const file = resolveInsideRoot(root, STORAGE_ID_FILE);
@@ -110,6 +143,7 @@ export function fsIdentityObject(root: string): IdentityObject {
       }
     },
     write: (id) => writeStorageIdFile(root, id),
+    claim: (text) => claimStorageIdFile(root, text),
   };
 }
 
