@@ -185,7 +185,8 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
         keep: {
           type: 'string',
           value: 'N',
-          description: 'afterwards keep only the newest N complete backups under <destination>',
+          description:
+            'afterwards keep only the newest N complete backups under <destination> (newest by completion order, recorded in each manifest, not by the clock in their names)',
         },
         'bytes-per-second': {
           type: 'string',
@@ -323,12 +324,13 @@ export const restoreCommand: Command = defineCommand({
   summary:
     'restore a backup into an empty database and an empty storage root, then scrub it (--verify only checks a backup)',
   description: `<source> is a backup directory (holding manifest.json) or a destination of \`arkvory backup\` (its newest
-complete backup is used).
+complete backup is used, newest by completion order, not by the clock in its name).
 Without --verify: reads and checks the backup first (manifest, schema version, database file, rule
 documents): a refused one leaves the target untouched (its database not migrated, nor even connected
 to). Then refuses unless the database (ARKVORY_DATABASE_URL, or the embedded one under
 ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage root (ARKVORY_DATA_DIR or
-ARKVORY_STORAGE_URL) has no storage-id and no blobs, and the target Redis (ARKVORY_REDIS_URL) holds none of the
+ARKVORY_STORAGE_URL) has no storage-id and no blobs (on the directory store the root is claimed in one step,
+so of two restores into one root at once the other is refused, target_busy), and the target Redis (ARKVORY_REDIS_URL) holds none of the
 backed-up rule documents with other contents under its ARKVORY_REDIS_KEY_PREFIX, before it writes anything; migrates the database,
 writes every blob through the store (each verified by hash), then in one transaction loads every table
 (leases, the shared policy and the audit trail are not restored; unfinished multipart uploads come back aborted) and the

@@ -7,7 +7,8 @@ import { fsyncDirectory } from '../../lib/fs-sync.ts';
 import { isAlive } from '../../lib/process-alive.ts';
 import { blobRelativePath } from '../paths.ts';
 import { BackupError } from './errors.ts';
-import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
+import { DATABASE_FILE, MANIFEST_FILE, openManifest } from './manifest.ts';
+import { MANIFEST_MAX_BYTES, readSmallFile } from './small-file.ts';
 
 const BACKUP_NAME = /^arkvory-\d{8}T\d{6}\d{3}Z(-\d+)?$/;
 // `<name>.<host>.<pid>.partial`; the host may hold dots (a domain name). Before hosts were named,
@@ -94,17 +95,45 @@ export function isPartialAbandoned(
 /**
  * Complete backups, oldest first: a directory of our name holding a manifest and the database file
  * (a backup removed by an older version that was interrupted may keep its manifest and lose the rest).
+ * Ordered by their manifests' `sequence` (completion order, whatever the clock said), then by name:
+ * backups without one (made before it was recorded, or whose manifest does not open) come first.
+ * By name alone, a backup named while the clock was ahead stayed "newest" for good: `--keep` removed
+ * the real newer ones around it, and a restore from the destination took it.
  */
 export async function completeBackups(destination: string): Promise<string[]> {
   const entries = await readdir(destination, { withFileTypes: true }).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') return [];
     throw err;
   });
-  return entries
+  const complete = entries
     .filter((e) => e.isDirectory() && BACKUP_NAME.test(e.name) && looksComplete(path.join(destination, e.name)))
-    .map((e) => e.name)
-    .sort()
-    .map((name) => path.join(destination, name));
+    .map((e) => path.join(destination, e.name));
+  const ordered = await Promise.all(complete.map(async (dir) => ({ dir, sequence: await backupSequence(dir) })));
+  return ordered.sort(byCompletion).map((b) => b.dir);
+}
+
+/** Pure: completion order, then name (both sort by time as text). */
+export function byCompletion(
+  a: { readonly dir: string; readonly sequence: number },
+  b: { readonly dir: string; readonly sequence: number },
+): number {
+  return a.sequence - b.sequence || (a.dir < b.dir ? -1 : a.dir > b.dir ? 1 : 0);
+}
+
+/** A backup's `sequence` from its manifest: 0 when it has none or the manifest does not open. */
+async function backupSequence(dir: string): Promise<number> {
+  try {
+    return openManifest(await readSmallFile(path.join(dir, MANIFEST_FILE), MANIFEST_MAX_BYTES), dir).sequence ?? 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** The `sequence` of a backup sealed now under `destination`: after every complete one there. */
+export async function nextSequence(destination: string): Promise<number> {
+  const complete = await completeBackups(destination);
+  const last = complete.at(-1);
+  return (last === undefined ? 0 : await backupSequence(last)) + 1;
 }
 
 function looksComplete(dir: string): boolean {

@@ -16,6 +16,7 @@ import {
   backupName,
   blobDirectories,
   completeBackups,
+  nextSequence,
   localHostName,
   type PartialMaker,
   partialName,
@@ -143,12 +144,15 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       ruleDocuments,
     };
     options.signal?.throwIfAborted();
+    // Its place among the backups under the destination, taken as late as can be: after any that
+    // finished while this one ran.
+    const sealed: BackupManifest = { ...manifest, sequence: await nextSequence(destination) };
     // The files are fsynced as they are written (a linked or reused blob is a durable file's second
     // name); their names are durable once their directories are, the backup's own last (it holds
     // the database file, the rule documents and `blobs/`).
     for (const dir of blobDirectories(dump.blobs.map((b) => b.sha256))) await syncDirectory(path.join(partial, dir));
     await syncDirectory(partial);
-    await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(manifest));
+    await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(sealed));
     await syncDirectory(partial);
     stopHeartbeat();
     await rename(partial, final);

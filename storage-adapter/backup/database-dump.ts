@@ -6,20 +6,10 @@
 import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import type pg from 'pg';
-import type { TableEntry } from './manifest.ts';
+import { MIGRATIONS_TABLE, RECORD_ONLY_TABLES, type TableEntry } from './manifest.ts';
 import { tablesInDependencyOrder } from './table-order.ts';
 import { inTransaction } from '../../lib/transaction.ts';
 
-/**
- * Coordination state, and the audit trail: kept in the backup for the record, never restored. The
- * trail is append-only (migrations/0040): a restore keeps the target's rows and adds its own.
- */
-export const RECORD_ONLY_TABLES: ReadonlySet<string> = new Set([
-  'arkvory_gateway_leases',
-  'arkvory_download_policy',
-  'arkvory_audit_events',
-]);
-const MIGRATIONS_TABLE = 'arkvory_schema_migrations';
 const FETCH_ROWS = 500;
 
 export interface DatabaseDump {

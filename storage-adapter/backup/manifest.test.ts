@@ -52,6 +52,22 @@ describe('backup manifest', () => {
     }
     expect((caught as { code?: string } | undefined)?.code).toBe('backup_invalid');
   });
+
+  it('refuses a resealed manifest that marks the migrations record, or a table kept for the record, as restored', () => {
+    const withTable = (entry: BackupManifest['tables'][number]) =>
+      sealManifest({ ...manifest, tables: [...manifest.tables, entry] });
+    expect(() =>
+      openManifest(withTable({ name: 'arkvory_schema_migrations', rows: 0, restored: true }), 'm.json'),
+    ).toThrow(/m\.json lists table arkvory_schema_migrations as restored/);
+    for (const name of ['arkvory_audit_events', 'arkvory_gateway_leases', 'arkvory_download_policy'])
+      expect(() => openManifest(withTable({ name, rows: 1, restored: true }), 'm.json')).toThrow(
+        new RegExp(`lists table ${name} as restored, which no backup does \\(it is kept for the record only\\)`),
+      );
+    // As a backup writes them: kept for the record, not restored.
+    expect(
+      openManifest(withTable({ name: 'arkvory_audit_events', rows: 1, restored: false }), 'm.json').tables,
+    ).toHaveLength(3);
+  });
 });
 
 describe('tablesInDependencyOrder', () => {

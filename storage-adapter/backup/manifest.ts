@@ -11,6 +11,18 @@ export const MANIFEST_FILE = 'manifest.json';
 export const DATABASE_FILE = 'database.jsonl';
 export const RULE_DOCUMENTS_FILE = 'rule-documents.json';
 
+/**
+ * Coordination state, and the audit trail: kept in the backup for the record, never restored. The
+ * trail is append-only (migrations/0040): a restore keeps the target's rows and adds its own.
+ */
+export const RECORD_ONLY_TABLES: ReadonlySet<string> = new Set([
+  'arkvory_gateway_leases',
+  'arkvory_download_policy',
+  'arkvory_audit_events',
+]);
+/** The migrations' own record: never in a backup (the target's migrations make it). */
+export const MIGRATIONS_TABLE = 'arkvory_schema_migrations';
+
 export interface TableEntry {
   readonly name: string;
   readonly rows: number;
@@ -32,6 +44,13 @@ export interface BackupManifest {
   readonly tables: readonly TableEntry[];
   readonly database: { readonly file: typeof DATABASE_FILE; readonly bytes: number; readonly sha256: string };
   readonly blobs: { readonly count: number; readonly bytes: number };
+  /**
+   * Completion order under its destination: one more than the highest of the complete backups there
+   * when it was sealed (1 for the first). Orders backups for `--keep` and for a restore from a
+   * destination where their names cannot: a name is the backup's start by its host's clock, which
+   * may have been ahead. Absent in backups made before it was recorded (they come first, by name).
+   */
+  readonly sequence?: number;
   /** Rate-limit rule documents kept outside the database (Redis), read right after the snapshot; null when none. */
   readonly ruleDocuments: {
     readonly file: typeof RULE_DOCUMENTS_FILE;
@@ -89,10 +108,20 @@ export function openManifest(text: string, where: string): SealedManifest {
         typeof t.restored === 'boolean',
     ) &&
     typeof m.database?.sha256 === 'string' &&
+    (m.sequence === undefined || (Number.isSafeInteger(m.sequence) && m.sequence >= 1)) &&
     Number.isInteger(m.blobs?.count) &&
     (m.ruleDocuments === null ||
       (typeof m.ruleDocuments?.sha256 === 'string' && Number.isInteger(m.ruleDocuments.count)));
   if (!ok) throw new BackupError('backup_invalid', `${where} lacks a required field`);
+  // Which tables a restore loads is this code's to say, not the manifest's: a restore empties and
+  // loads every table marked restored, so a resealed manifest could otherwise wipe the target's
+  // migration record or write leases and audit entries of its own choosing.
+  const forbidden = m.tables.find((t) => t.name === MIGRATIONS_TABLE || (t.restored && RECORD_ONLY_TABLES.has(t.name)));
+  if (forbidden)
+    throw new BackupError(
+      'backup_invalid',
+      `${where} lists table ${forbidden.name} as restored, which no backup does (${forbidden.name === MIGRATIONS_TABLE ? 'the migrations record is never backed up' : 'it is kept for the record only'})`,
+    );
   // The restore writes it into the target's storage-id and arkvory_storage row.
   if (!UUID.test(m.storageId))
     throw new BackupError(
