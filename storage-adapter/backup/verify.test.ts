@@ -18,7 +18,8 @@ import {
   type SealedManifest,
 } from './manifest.ts';
 import { MANIFEST_MAX_BYTES, regularFileChunks, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
-import { openBackup, readRuleDocuments, verifyBackup } from './verify.ts';
+import { NAME_PATTERN } from '../../policy/rate-limit/rules.ts';
+import { LIMITER_NAME, openBackup, readRuleDocuments, verifyBackup } from './verify.ts';
 
 const dirs: string[] = [];
 afterEach(async () => {
@@ -87,6 +88,35 @@ describe('reading a backup', () => {
     await expect(readRuleDocuments(dir, withRuleDocuments)).rejects.toMatchObject({
       code: 'backup_invalid',
       message: `${file} is ${RULE_DOCUMENTS_MAX_BYTES + 1} bytes, more than the ${RULE_DOCUMENTS_MAX_BYTES} it may be`,
+    });
+  });
+
+  it("refuses a resealed rule-documents.json naming a key no limiter has (the rule store's own `:index`), or holding no mapping", async () => {
+    const dir = await backupDir();
+    const file = path.join(dir, RULE_DOCUMENTS_FILE);
+    const sealed = async (docs: unknown) => {
+      const text = `${JSON.stringify(docs)}\n`;
+      await writeFile(file, text);
+      const sha256 = createHash('sha256').update(text).digest('hex');
+      return {
+        ruleDocuments: { file: RULE_DOCUMENTS_FILE, count: 1, bytes: text.length, sha256 },
+      } as unknown as SealedManifest;
+    };
+    const good = { transfer_bytes: { published_rules: { rules: [] } } };
+    expect(LIMITER_NAME.source).toBe(NAME_PATTERN.source);
+    await expect(readRuleDocuments(dir, await sealed(good))).resolves.toEqual(good);
+    for (const [docs, named] of [
+      [{ ':index': ['x'] }, '":index"'],
+      [{ '../x': {} }, '"../x"'],
+      [{ transfer_bytes: 'text' }, '"transfer_bytes"'],
+    ] as const)
+      await expect(readRuleDocuments(dir, await sealed(docs))).rejects.toMatchObject({
+        code: 'backup_invalid',
+        message: expect.stringContaining(`${file} holds ${named}, which is no limiter's document`),
+      });
+    await expect(readRuleDocuments(dir, await sealed([1]))).rejects.toMatchObject({
+      code: 'backup_invalid',
+      message: `${file} is not a mapping of limiters to documents`,
     });
   });
 });

@@ -9,6 +9,12 @@ import { BackupError } from './errors.ts';
 import { DATABASE_FILE, MANIFEST_FILE, openManifest, RULE_DOCUMENTS_FILE, type SealedManifest } from './manifest.ts';
 import { MANIFEST_MAX_BYTES, readSmallFile, regularFileChunks, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
 
+/**
+ * A limiter's name, as policy/rate-limit/rules.ts (LIMITER_NAME) allows it; here, since this folder
+ * does not reach into policy/ (verify.test.ts checks the two agree).
+ */
+export const LIMITER_NAME = /^[a-z0-9_]{1,64}$/;
+
 export interface VerifyReport {
   backup: string;
   snapshotTime: string;
@@ -47,11 +53,23 @@ export async function readRuleDocuments(dir: string, manifest: SealedManifest): 
   });
   if (createHash('sha256').update(text).digest('hex') !== manifest.ruleDocuments.sha256)
     throw new BackupError('backup_invalid', `${file} is missing or does not match the manifest`);
+  let docs: unknown;
   try {
-    return JSON.parse(text) as Record<string, unknown>;
+    docs = JSON.parse(text);
   } catch {
     throw new BackupError('backup_invalid', `${file} is not JSON`);
   }
+  if (docs === null || typeof docs !== 'object' || Array.isArray(docs))
+    throw new BackupError('backup_invalid', `${file} is not a mapping of limiters to documents`);
+  // A restore writes each under `<prefix><limiter>` in the target's Redis: a resealed file naming
+  // `:index` (or any name no limiter can have) would write over the store's own keys there.
+  for (const [limiter, doc] of Object.entries(docs))
+    if (!LIMITER_NAME.test(limiter) || doc === null || typeof doc !== 'object' || Array.isArray(doc))
+      throw new BackupError(
+        'backup_invalid',
+        `${file} holds ${JSON.stringify(limiter.slice(0, 80))}, which is no limiter's document (a limiter is named like ${LIMITER_NAME.source} and its document is a mapping)`,
+      );
+  return docs as Record<string, unknown>;
 }
 
 export async function verifyBackup(
