@@ -392,18 +392,18 @@ function backupBlob(
 /**
  * Puts the restore's mark into the root's storage-id, which the checks found absent (or emptied, a
  * stopped restore's): exclusively where the store can (the directory store), so that of two
- * restores that passed those checks at once only one goes on; the other is `target_busy` and
- * removes nothing (all there is the winner's).
+ * restores that passed those checks at once only one goes on. Returns the `target_busy` error for
+ * the other, which must remove nothing (all there is the winner's); undefined once the mark is in.
  */
-async function claimRoot(store: OpenedArtifactStore, mark: string): Promise<void> {
+async function claimRoot(store: OpenedArtifactStore, mark: string): Promise<BackupError | undefined> {
   const { identity } = store;
   if (!identity.claim) {
     await identity.write(mark);
-    return;
+    return undefined;
   }
-  if (await identity.claim(mark)) return;
+  if (await identity.claim(mark)) return undefined;
   const held = (await identity.read().catch(() => undefined))?.trim();
-  throw new BackupError(
+  return new BackupError(
     'target_busy',
     `the target storage root ${store.location} was taken by another restore at the same time (its storage-id appeared after this restore found the root empty${held ? `: ${JSON.stringify(held.slice(0, 120))}` : ''}); nothing was written or removed: let that one finish`,
   );
@@ -435,16 +435,18 @@ async function restoreAllOrNothing(
         `${store.location} holds what a restore stopped before its commit wrote, and not all of it could be removed (${emptied.problems.join('; ')}); ${whatIsLeft(emptied)}`,
       );
   }
-  // Before the first blob: a restore stopped from here on (SIGKILL, power cut) leaves a root no
-  // gateway opens and the next restore empties (identity.ts, restoreMarker). Claimed, not just
-  // written, where the store can: another restore into this root (with another database, so not
-  // held off by the barrier) may have passed the empty-root check at the same instant, and of two
-  // plain writes both would go on, each writing and committing over the other's root.
-  await claimRoot(store, restoreMarker(manifest.storageId, thisRestore()));
   let client: pg.PoolClient | undefined;
   let undoRuleDocuments: (() => Promise<void>) | undefined;
   let committing: Restored | undefined;
+  let lostClaim: BackupError | undefined;
   try {
+    // Before the first blob: a restore stopped from here on (SIGKILL, power cut) leaves a root no
+    // gateway opens and the next restore empties (identity.ts, restoreMarker). Claimed, not just
+    // written, where the store can: another restore into this root (with another database, so not
+    // held off by the barrier) may have passed the empty-root check at the same instant, and of two
+    // plain writes both would go on, each writing and committing over the other's root.
+    lostClaim = await claimRoot(store, restoreMarker(manifest.storageId, thisRestore()));
+    if (lostClaim) throw lostClaim;
     const sliceDigests = new Map<string, SliceDigests>();
     // Each blob read at its place, with no symbolic link below the backup's own real path.
     const realBackup = await realpath(options.backup);
@@ -513,6 +515,8 @@ async function restoreAllOrNothing(
       return committing;
     });
   } catch (err) {
+    // The root is the other restore's: nothing here to roll back, nothing to remove.
+    if (err === lostClaim) throw err;
     if (committing) {
       // The connection failed at COMMIT: the transaction may have committed all the same. Undoing
       // the store then would leave a catalog without its blobs; so look first.
@@ -535,7 +539,8 @@ async function restoreAllOrNothing(
       await undoRuleDocuments().catch((undoErr: unknown) =>
         problems.push(`rule documents: ${(undoErr as Error).message}`),
       );
-    // The mark is ours (claimed above), so emptying writes it again over the backup's id and removes it last.
+    // The mark is ours (or its write failed: then nobody else's either), so emptying writes it again
+    // (over the backup's id should the restore have got that far) and removes it last.
     const emptied = await emptyTarget(store, restoreMarker(manifest.storageId, thisRestore()));
     throw rolledBack(err, store.location, { ...emptied, problems: [...problems, ...emptied.problems] });
   } finally {
