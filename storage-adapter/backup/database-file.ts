@@ -73,6 +73,19 @@ export async function checkDatabaseFile(file: string, manifest: SealedManifest):
 }
 
 /**
+ * A part row's file name is joined onto its session's directory when the part is read or removed
+ * (fs-parts.ts): one component, never a path. A restore drops the part rows of the sessions it
+ * aborts and no other session takes parts again, but an edited backup is refused here all the same.
+ */
+function checkPartFileName(name: unknown, file: string, line: number): void {
+  if (typeof name === 'string' && name !== '' && name !== '.' && name !== '..' && !/[/\\\0]/.test(name)) return;
+  throw new BackupError(
+    'backup_invalid',
+    `${file} line ${line} names part file ${JSON.stringify(String(name).slice(0, 80))}, which is not a file name`,
+  );
+}
+
+/**
  * The blobs the backed-up catalog references, sorted. A name that is not a sha256 (a path such as
  * `../../etc/x` in an edited backup) or a size that is not a byte count is `backup_invalid`, found
  * before a restore writes anything.
@@ -83,6 +96,7 @@ export async function referencedBlobs(
 ): Promise<Array<{ sha256: string; sizeBytes: number }>> {
   const blobs = new Map<string, number>();
   for await (const { table, row, line } of dumpLines(file, maxBytes)) {
+    if (table === 'arkvory_upload_parts') checkPartFileName(row.file_name, file, line);
     if (table !== 'arkvory_artifacts') continue;
     const sha256 = row.sha256;
     const size = Number(row.size_bytes);

@@ -155,6 +155,22 @@ describe('reading the database file and the blobs of a backup', () => {
     });
   }, 15_000);
 
+  it("refuses a part row whose file name is a path (`../../x`), not a file's name", async () => {
+    const dir = await backupDir();
+    const file = path.join(dir, DATABASE_FILE);
+    const part = (name: unknown) =>
+      `${JSON.stringify({ table: 'arkvory_upload_parts', row: { session_id: 'x', part_number: 1, file_name: name } })}\n`;
+    await writeFile(file, part('00001-0f0e.part'));
+    await expect(referencedBlobs(file, 1024)).resolves.toEqual([]);
+    for (const name of ['../../blobs/sha256/ab/cd/x', '/etc/passwd', '..', 'a\\b', '']) {
+      await writeFile(file, ROW + part(name));
+      await expect(referencedBlobs(file, 1024)).rejects.toMatchObject({
+        code: 'backup_invalid',
+        message: `${file} line 2 names part file ${JSON.stringify(name)}, which is not a file name`,
+      });
+    }
+  });
+
   it('reads no more of it than the manifest gives: a larger one is a mismatch, one grown since is refused', async () => {
     const dir = await backupDir();
     const file = path.join(dir, DATABASE_FILE);
