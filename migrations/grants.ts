@@ -23,16 +23,21 @@ export function groupRoleName(role: DatabaseRole): string {
 }
 
 /**
- * A privilege as GRANT spells it: `SELECT`, `INSERT`, `DELETE`, or `UPDATE (col, …)` for a column
- * grant (a role may change those columns and no other). Whole-table UPDATE is spelt `UPDATE`.
+ * A privilege as GRANT spells it: `SELECT`, `INSERT`, `DELETE`, or `UPDATE (col, …)` / `INSERT (col, …)`
+ * for a column grant (a role may change, or give a new row, those columns and no other: the rest
+ * take their defaults). Whole-table UPDATE is spelt `UPDATE`.
  */
-export type TablePrivilege = 'SELECT' | 'INSERT' | 'DELETE' | 'UPDATE' | `UPDATE (${string})`;
+export type TablePrivilege = 'SELECT' | 'INSERT' | 'DELETE' | 'UPDATE' | `UPDATE (${string})` | `INSERT (${string})`;
 export type SequencePrivilege = 'USAGE' | 'SELECT' | 'UPDATE';
 
 type Decision<P> = Readonly<Partial<Record<RuntimeRole, readonly P[]>>>;
 
 const READ = ['SELECT'] as const;
 const ALL_DATA = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'] as const;
+
+/** The audit trail's columns a recording process writes (proxy/audit/audit-log.ts); never `id` or `at`. */
+const AUDIT_INSERT =
+  'INSERT (action, actor_kind, principal_id, principal_name, operator, host, source, request_id, client_request_id, target, details)' as const;
 
 /** Every table: which runtime role may do what. A role not named gets nothing. */
 export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = {
@@ -215,11 +220,13 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
   // The audit trail (0040) is append-only for every runtime role: the writer records admin API calls,
   // writes and the admin CLI commands and reads it back (admin API, `arkvory audit`); maintenance
   // records backup, restore, scrub, gc and policy resets and reads it for a backup; the rules
-  // service records its rule publications. Old rows go only through arkvory_audit_prune.
+  // service records its rule publications. Old rows go only through arkvory_audit_prune. A row's
+  // `id` and `at` are the database's alone (INSERT on the other columns only): a compromised
+  // process could otherwise backdate a row, or place one among old ids (OVERRIDING SYSTEM VALUE).
   arkvory_audit_events: {
-    writer: ['SELECT', 'INSERT'],
-    maintenance: ['SELECT', 'INSERT'],
-    rules: ['INSERT'],
+    writer: ['SELECT', AUDIT_INSERT],
+    maintenance: ['SELECT', AUDIT_INSERT],
+    rules: [AUDIT_INSERT],
   },
   // Usage statistics (0041): every gateway that serves adds its in-memory counts in batches; the
   // writer reads them for the admin API and `arkvory stats`.

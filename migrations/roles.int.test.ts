@@ -4,6 +4,7 @@
  * code never does. (The processes running as these logins: proxy/server/least-privilege.int.test.ts.)
  */
 import { randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../policy/auth/admin-store.ts';
@@ -17,6 +18,7 @@ import { runCli } from '../test/support/gateway.ts';
 import { DATABASE_ROLES, type DatabaseRole, groupRoleName, grantsOf, RUNTIME_ROLES } from './grants.ts';
 import { schemaObjects, undecidedObjects } from './roles.ts';
 import { artifactEntry } from '../test/support/catalog-entries.ts';
+import { recordAudit } from '../proxy/audit/audit-log.ts';
 
 const log = createLogger('silent');
 const policy = { slots: 2, downloadBytesPerSec: 1_000_000, downloadBytesPerSecPerPrincipal: 0 };
@@ -236,6 +238,58 @@ describe('the audit trail is append-only for every runtime role', () => {
     expect((await db.pool.query('SELECT count(*)::int AS n FROM arkvory_audit_events')).rows[0].n).toBe(
       MAY_INSERT.length,
     );
+  });
+
+  it('the roles that record choose neither `at` nor `id`: the database dates and numbers every row', async () => {
+    const before = (
+      await db.pool.query<{ n: string }>('SELECT coalesce(max(id), 0)::text AS n FROM arkvory_audit_events')
+    ).rows[0]!.n;
+    for (const role of MAY_INSERT) {
+      const pool = pools[role as DatabaseRole];
+      // Backdated, or numbered among old rows: refused whatever the value.
+      await denied(
+        pool,
+        `INSERT INTO arkvory_audit_events (at, action, actor_kind, operator, host, source)
+         VALUES (now() - interval '400 days', 'backup.create', 'operator', 'forger', 'host', 'cli')`,
+      );
+      await denied(
+        pool,
+        `INSERT INTO arkvory_audit_events (id, action, actor_kind, operator, host, source) OVERRIDING SYSTEM VALUE
+         VALUES (1, 'backup.create', 'operator', 'forger', 'host', 'cli')`,
+      );
+      await denied(pool, `UPDATE arkvory_audit_events SET at = now() - interval '400 days'`);
+      // What the runtime records (every column it writes) still goes in, dated and numbered by the database.
+      await recordAudit(pool, {
+        action: 'backup.create',
+        actor: { kind: 'operator', operator: `roles-test-${role}`, host: 'host' },
+        source: 'cli',
+        requestId: 'r1',
+        clientRequestId: 'c1',
+        target: { role },
+        details: {},
+      });
+    }
+    const rows = await db.pool.query<{ operator: string; recent: boolean }>(
+      `SELECT operator, at > clock_timestamp() - interval '1 minute' AS recent FROM arkvory_audit_events
+        WHERE id > $1 ORDER BY id`,
+      [before],
+    );
+    expect(rows.rows).toEqual(MAY_INSERT.map((role) => ({ operator: `roles-test-${role}`, recent: true })));
+    await db.pool.query('DELETE FROM arkvory_audit_events WHERE id > $1', [before]);
+  });
+
+  it('migration 0080 takes table-wide INSERT from roles an older `db roles` made', async () => {
+    const backdate = `INSERT INTO arkvory_audit_events (at, action, actor_kind, operator, host, source)
+                      VALUES (now() - interval '400 days', 'backup.create', 'operator', 'forger', 'host', 'cli')`;
+    // As the grants stood before it.
+    await pools.migrator.query(
+      'GRANT INSERT ON TABLE arkvory_audit_events TO arkvory_writer, arkvory_maintenance, arkvory_rules',
+    );
+    const sql = await readFile(new URL('./0080_audit_rows_dated_by_the_database.sql', import.meta.url), 'utf8');
+    await pools.migrator.query(sql);
+    for (const role of MAY_INSERT) await denied(pools[role as DatabaseRole], backdate);
+    expect((await pools.writer.query(insert)).rowCount).toBe(1);
+    await db.pool.query(`DELETE FROM arkvory_audit_events WHERE id = (SELECT max(id) FROM arkvory_audit_events)`);
   });
 
   it('only the writer prunes, through the owner function, which keeps at least a day', async () => {

@@ -23,10 +23,10 @@ const GRANT_ABBREVIATIONS: Readonly<Record<string, string>> = {
   EXECUTE: 'X',
 };
 
-/** One privilege as the grants table spells it: `S`, `U(a, b)`, `use`, `X`. */
+/** One privilege as the grants table spells it: `S`, `U(a, b)`, `I(a, b)`, `use`, `X`. */
 function abbreviated(privilege: string): string {
-  const columns = /^UPDATE\s*\((.*)\)$/.exec(privilege);
-  return columns ? `U(${columns[1]})` : (GRANT_ABBREVIATIONS[privilege] ?? privilege);
+  const columns = /^(UPDATE|INSERT)\s*\((.*)\)$/.exec(privilege);
+  return columns ? `${GRANT_ABBREVIATIONS[columns[1]!]}(${columns[2]})` : (GRANT_ABBREVIATIONS[privilege] ?? privilege);
 }
 
 /** What each runtime role may do to every table, sequence and function (migrations/grants.ts), for docs/deploy.md. */
