@@ -2,7 +2,9 @@
  * The console's idle timeout against a real writer (ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS=3) and real
  * Chromium: the page's own polls of its views keep no session alive, so an unattended console signs
  * out by itself after the idle timeout, while an operator's actions (requests carrying the
- * session's CSRF token) keep it open. Both tests run at once: each waits about one idle timeout.
+ * session's CSRF token) keep it open, and a page the back button brings back from the browser's
+ * memory after its session idled out shows nothing of it. The tests run at once: each waits about one
+ * idle timeout.
  */
 import { existsSync } from 'node:fs';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -161,5 +163,56 @@ describe.concurrent('the console idle timeout', () => {
     expect(await act()).toBe(200);
     expect(await used.isVisible('#app')).toBe(true);
     await Promise.all([unattended.context().close(), used.context().close()]);
+  });
+
+  it('conceals a page the back button brings back, and shows nothing of a session that idled out meanwhile', async ({
+    expect,
+  }) => {
+    // Playwright turns the back/forward cache off by default; the browsers operators use keep it on.
+    const kept = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: CHROMIUM_ARGS,
+      ignoreDefaultArgs: ['--disable-back-forward-cache'],
+    });
+    try {
+      const context = await kept.newContext();
+      // What the page shows the instant it comes back, before any of its own code runs again.
+      // The test's own script (the page's CSP does not bind it), listening before the console's.
+      await context.addInitScript(`addEventListener('pageshow', (e) => {
+        if (!e.persisted) return;
+        window.restored = {
+          app: !document.getElementById('app').hidden,
+          key: document.getElementById('new-key-value').textContent,
+        };
+      });`);
+      const page = await context.newPage();
+      page.setDefaultTimeout(15_000);
+      await page.goto(`${gw.url}/console/`);
+      await page.fill('#admin-key', adminKey);
+      await page.click('#sign-in-form button[type=submit]');
+      await page
+        .locator('#key-form select[name=principal] option', { hasText: 'idle-admin' })
+        .waitFor({ state: 'attached' });
+      await page.selectOption('#key-form select[name=principal]', { label: 'idle-admin' });
+      await page.click('#key-form button[type=submit]');
+      await page.waitForSelector('#new-key', { state: 'visible' });
+      expect(await page.textContent('#new-key-value')).toMatch(/^ark_/);
+      // The operator goes elsewhere; the session idles out (a poll without the token keeps nothing open).
+      await page.goto(`${gw.url}/console/static/console.css`);
+      const started = performance.now();
+      while ((await context.request.get(`${gw.url}/console/api/status`)).status() !== 401) {
+        expect(performance.now() - started).toBeLessThan(15_000);
+        await pause(100);
+      }
+      // A bfcache restore fires no load event: wait only for the navigation itself.
+      await page.goBack({ waitUntil: 'commit' });
+      await expect
+        .poll(() => page.evaluate('window.restored ?? null'), { timeout: 5000 })
+        .toEqual({ app: false, key: '' });
+      await page.waitForSelector('#sign-in', { state: 'visible' });
+      expect(await page.isVisible('#app')).toBe(false);
+    } finally {
+      await kept.close();
+    }
   });
 });

@@ -1208,11 +1208,35 @@ async function start() {
     $('new-key').hidden = true;
     $('new-key-value').textContent = '';
   });
-  // A reload keeps the HttpOnly cookie but loses the CSRF token: ask for it again.
-  const res = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' });
-  const session = res.ok ? await res.json() : { signedIn: false };
+  // The back button can bring this page back from the browser's memory (back/forward cache) as it
+  // was left, key shown once included, whatever became of its session meanwhile (signed out, idled
+  // out, the gateway unreachable). So leaving it conceals everything, and coming back asks first.
+  window.addEventListener('pagehide', conceal);
+  window.addEventListener('pageshow', (e) => {
+    if (e.persisted) void resume();
+  });
+  await resume();
+}
+
+/** Whether this browser's cookie still names a session: a reload keeps the cookie but loses the CSRF token. */
+async function resume() {
+  let session = { signedIn: false };
+  try {
+    const res = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' });
+    if (res.ok) session = await res.json();
+  } catch {
+    signedOut('The gateway could not be reached; reload to try again.');
+    return;
+  }
   if (session.signedIn) signedIn(session);
   else signedOut();
+}
+
+/** The page left: nothing of the session (nor a key typed to sign in) stays on it, no timer polls. */
+function conceal() {
+  signedOut();
+  $('sign-in').hidden = true;
+  $('admin-key').value = '';
 }
 
 void start();
