@@ -56,9 +56,12 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     worker: READ,
     maintenance: ALL_DATA,
   },
+  // The completion worker reads whether a session's principal is still enabled and still holds write
+  // before it publishes (proxy/multipart/completion-authority.ts).
   arkvory_principals: {
     writer: ['SELECT', 'INSERT', 'UPDATE (disabled, bandwidth_weight)'],
     reader: READ,
+    worker: READ,
     maintenance: ALL_DATA,
     rules: READ,
   },
@@ -91,6 +94,7 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
   arkvory_grants: {
     writer: ['SELECT', 'INSERT', 'UPDATE (permission)', 'DELETE'],
     reader: READ,
+    worker: READ,
     maintenance: ALL_DATA,
     rules: READ,
   },

@@ -370,10 +370,15 @@ describe('the writer, worker, maintenance and rules logins', () => {
       await denied(pools[role], 'SELECT * FROM arkvory_artifact_tombstones');
   });
 
-  it('the worker may not touch keys, grants or delete artifacts', async () => {
+  it('the worker reads principals and grants (a completion is asked again) but may not touch keys, change grants or delete artifacts', async () => {
     const k = pools.worker;
+    await k.query(
+      'SELECT p.disabled, g.permission FROM arkvory_principals p LEFT JOIN arkvory_grants g ON g.principal_id = p.id',
+    );
     await denied(k, 'SELECT * FROM arkvory_api_keys');
-    await denied(k, 'SELECT * FROM arkvory_grants');
+    await denied(k, `UPDATE arkvory_grants SET permission = 'write'`);
+    await denied(k, 'DELETE FROM arkvory_grants');
+    await denied(k, 'UPDATE arkvory_principals SET disabled = false');
     await denied(k, 'DELETE FROM arkvory_artifacts');
     await denied(k, 'INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, $2)', [randomUUID(), '[]']);
   });

@@ -4,7 +4,8 @@
  * queued again, after the same growing waits as a failure of ours (retry-delay.ts), for as long as
  * the session has not expired (and at least for the attempts a failure of ours gets), its parts and
  * storage-quota hold kept. A failure of the upload (a part whose digest no longer matches, a part
- * gone, other bytes published under the name) fails it at once, as before.
+ * gone, other bytes published under the name, a principal no longer allowed to publish:
+ * completion-authority.ts) fails it at once, as before.
  */
 import { CodedError } from '../../lib/coded-error.ts';
 

@@ -7,7 +7,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import type pg from 'pg';
 import { beforeAll, expect, it, onTestFinished } from 'vitest';
-import { createRepository } from '../../test/support/auth.ts';
+import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { createTestDatabase, endIdleSessions, useTestDatabase } from '../../test/support/database.ts';
 import { openPool, waitUntil } from '../../test/harness/index.ts';
 import { CompletionWorker, type CompletionWorkerOptions } from './completion-worker.ts';
@@ -33,7 +34,7 @@ beforeAll(async () => {
 
 const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
 
-function partStore(removeSession: () => Promise<void> = async () => {}): PartStore {
+function partStore(removeSession: (sessionId: string) => Promise<void> = async () => {}): PartStore {
   return {
     read: async function* () {},
     write: async () => {},
@@ -247,6 +248,49 @@ it('a store failure while removing the parts of a published upload leaves it don
   expect(
     (await catalog.get({ repository: 'cw', kind: 'artifact', name: 'parts-left', version: '', asset: '' }))?.sha256,
   ).toBe(EMPTY_SHA256);
+});
+
+it('a principal disabled while its completion is assembled publishes nothing: asked again once the bytes are staged', async () => {
+  const who = await createServiceAccount(db.pool, { grants: { cw: 'write' } });
+  const removed: string[] = [];
+  const parts = partStore(async (session) => {
+    removed.push(session);
+  });
+  const sessions = sessionsOf(parts);
+  let discarded = 0;
+  // Disables the principal while the body is being staged, as a revocation during a long assembly.
+  const store = emptyStagingStore(parts, {
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      await new AdminStore(db.pool).setPrincipalDisabled(who.principalId, true);
+      return { ...EMPTY_STAGED(), discard: async () => void discarded++ };
+    },
+  });
+  const s = await sessions.create(
+    { repository: 'cw', kind: 'artifact', name: 'disabled-mid-assembly', version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: who.principalId },
+  );
+  await db.pool.query(`INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, '[]')`, [s.id]);
+  await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [s.id]);
+  const logs: string[] = [];
+  const w = workerOf(store, sessions, { log: pino({ level: 'info' }, { write: (l: string) => logs.push(l) }) });
+  await w.start();
+  onTestFinished(() => w.stop(100));
+  await untilSession(s.id, 'failed');
+  expect((await jobOf(s.id)).error).toMatch(/^unauthorized: .*nothing was published/);
+  expect(
+    await createCatalog(db.pool).get({
+      repository: 'cw',
+      kind: 'artifact',
+      name: 'disabled-mid-assembly',
+      version: '',
+      asset: '',
+    }),
+  ).toBeUndefined();
+  expect(discarded).toBe(1);
+  await waitUntil(() => removed.includes(s.id), { what: 'its parts removed', timeoutMs: 5000 });
+  const failed = logs.map((l) => JSON.parse(l)).filter((l) => l.event === 'upload.failed');
+  expect(failed.map((l) => l.code)).toEqual(['unauthorized']);
 });
 
 it("a store failure that passes is waited out past the attempts, its parts kept, told in the catalogue's words; then it publishes", async () => {

@@ -11,7 +11,8 @@
  * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts,
  * each retry after a longer wait: retry-delay.ts). A store failure that passes (a full disk, a store
  * down or timing out) is retried the same way, past maxAttempts while its session is unexpired, its
- * parts kept (assembly-failure.ts).
+ * parts kept (assembly-failure.ts). Before each attempt and again before it publishes, a job's
+ * principal must still be enabled and hold write on the repository (completion-authority.ts).
  * Queued jobs run in round robin across the principals that opened their sessions (fair-turns.ts),
  * not first in, first out. Every 30 s it also expires sessions past their TTL and deletes those
  * finished more than FINISHED_SESSION_KEEP_DAYS ago, and removes the parts a finished session
@@ -35,6 +36,7 @@ import { FairTurns, type QueueHead } from './fair-turns.ts';
 import { DEFAULT_RETRY_DELAY_MS, retryDelayMs, retryDueSql } from './retry-delay.ts';
 import { classifyAssemblyFailure, retriesAfter } from './assembly-failure.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import { completionRefusal } from './completion-authority.ts';
 
 /** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
 const JOB_LOCK_CLASS = 0x41524b4a;
@@ -416,25 +418,29 @@ export class CompletionWorker {
     const quotas = this.#o.quotas;
     let stopKeeping: (() => void) | undefined;
     try {
+      // Asked before the work (each attempt: one waiting out a store failure too) and again once the
+      // bytes are staged, before they are published (completion-authority.ts).
+      await this.#checkAuthority(job);
       published = await assembleJob(
         {
           pool: this.#o.pool,
           store: this.#o.store,
           catalog: this.#o.catalog,
-          admit:
-            quotas &&
-            (async (session, staged) => {
-              // The session holds the whole (its parts were all granted room): published as is.
-              // Otherwise (parts stored while no quota applied, or held past the session's expiry)
-              // the whole is decided now, pinned to its blob so bytes already counted cost nothing.
-              if (!(await quotas.holds(job.sessionId, staged.sizeBytes)))
-                await quotas.reserveAs(job.sessionId, { ...session, bytes: staged.sizeBytes, sha256: staged.sha256 });
-              // Held until the catalog insert settles it: committing the bytes (an S3 copy of a large
-              // blob, read back) may outlast the reservation's time to live or the session's expiry,
-              // and room that stopped counting could be granted to another upload meanwhile.
-              stopKeeping = quotas.keep(job.sessionId);
-              return job.sessionId;
-            }),
+          admit: async (session, staged) => {
+            await this.#checkAuthority(job);
+            // No quotas: the session's own reservation (its id), as when nothing is admitted.
+            if (!quotas) return job.sessionId;
+            // The session holds the whole (its parts were all granted room): published as is.
+            // Otherwise (parts stored while no quota applied, or held past the session's expiry)
+            // the whole is decided now, pinned to its blob so bytes already counted cost nothing.
+            if (!(await quotas.holds(job.sessionId, staged.sizeBytes)))
+              await quotas.reserveAs(job.sessionId, { ...session, bytes: staged.sizeBytes, sha256: staged.sha256 });
+            // Held until the catalog insert settles it: committing the bytes (an S3 copy of a large
+            // blob, read back) may outlast the reservation's time to live or the session's expiry,
+            // and room that stopped counting could be granted to another upload meanwhile.
+            stopKeeping = quotas.keep(job.sessionId);
+            return job.sessionId;
+          },
         },
         job,
         signal,
@@ -532,6 +538,36 @@ export class CompletionWorker {
        UPDATE arkvory_upload_sessions s SET error = $3 FROM j WHERE s.id = j.session_id AND s.state = 'completing'`,
       [job.id, job.attempts, waiting],
     );
+  }
+
+  /**
+   * Throws the refusal of a completion whose principal is disabled (or gone) or no longer holds write
+   * on the repository: read from the database, not a cache, so a revocation committed before this
+   * read is seen. A session records its principal, not its key: a key revoked alone stops nothing here.
+   */
+  async #checkAuthority(job: Job): Promise<void> {
+    const r = await this.#o.pool.query<{
+      principal_id: string | null;
+      found: boolean;
+      disabled: boolean | null;
+      permission: string | null;
+    }>(
+      `SELECT s.principal_id, p.id IS NOT NULL AS found, p.disabled, g.permission
+         FROM arkvory_upload_sessions s
+         LEFT JOIN arkvory_principals p ON p.id = s.principal_id
+         LEFT JOIN arkvory_grants g ON g.principal_id = s.principal_id AND g.repository = s.repository
+        WHERE s.id = $1`,
+      [job.sessionId],
+    );
+    const row = r.rows[0];
+    if (!row) return; // the session is gone: the assembly fails it as not_found
+    const refusal = completionRefusal({
+      principalId: row.principal_id,
+      principalFound: row.found,
+      disabled: row.disabled === true,
+      permission: row.permission,
+    });
+    if (refusal) throw refusal;
   }
 
   /** Whether the job's session is past its expiry, on PostgreSQL's clock (as every request judges it); gone counts. */
