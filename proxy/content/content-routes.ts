@@ -106,7 +106,9 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
   const plan = planContentResponse(
     entry,
     {
-      range: header(ctx, 'range'),
+      // RFC 9110 §14.2: GET is the only method range handling is defined for, and a server MUST
+      // ignore Range on any other: a HEAD answers the whole representation's 200 head.
+      range: ctx.req.method === 'GET' ? header(ctx, 'range') : undefined,
       ifRange: header(ctx, 'if-range'),
       ifMatch: header(ctx, 'if-match'),
       ifUnmodifiedSince: header(ctx, 'if-unmodified-since'),

@@ -159,6 +159,12 @@ describe('over HTTP/2 (curl --http2)', () => {
     const head = await curl(link, { method: 'HEAD' });
     expect(head.status).toBe(200);
     expect(head.headers['content-length']).toEqual([String(data.length)]);
+    // Range is defined for GET only (RFC 9110 §14.2): a HEAD with one gets the whole head.
+    const rangedHead = await curl(link, { method: 'HEAD', headers: { range: 'bytes=1000-1999' } });
+    expect(rangedHead.version).toBe('2');
+    expect(rangedHead.status).toBe(200);
+    expect(rangedHead.headers['content-length']).toEqual([String(data.length)]);
+    expect(rangedHead.headers['content-range']).toBeUndefined();
     expect((await curl(link, { method: 'PUT', body: Buffer.from('x') })).status).toBe(401);
     const tampered = link.replace(/X-Arkvory-Expires=(\d+)/, (_, n: string) => `X-Arkvory-Expires=${Number(n) + 1}`);
     expect((await curl(tampered)).status).toBe(401);
