@@ -11,6 +11,8 @@ const etag = '"abc"';
 const lastModifiedMs = Date.parse('Sun, 29 Nov 2026 10:00:00 GMT');
 const v = { etag, lastModifiedMs };
 const http = (ms: number) => new Date(ms).toUTCString();
+/** The request's time in these tests: Last-Modified's own second (late 2026). */
+const now = lastModifiedMs;
 
 describe('parseEntityTags', () => {
   it.each([
@@ -98,20 +100,31 @@ describe('evaluateReadPreconditions', () => {
       { ifModifiedSince: 'Monday, 01-Jan-49 00:00:00 GMT' },
       'not_modified',
     ],
-    ['If-Modified-Since RFC 850, year 50 is 1950', { ifModifiedSince: 'Sunday, 01-Jan-50 00:00:00 GMT' }, 'proceed'],
+    // RFC 9110 §5.6.7: only a year more than 50 years ahead (of 2026 here) is read in the past.
+    [
+      'If-Modified-Since RFC 850, year 50 is 2050',
+      { ifModifiedSince: 'Saturday, 01-Jan-50 00:00:00 GMT' },
+      'not_modified',
+    ],
+    [
+      'If-Modified-Since RFC 850, year 76 is 2076',
+      { ifModifiedSince: 'Wednesday, 01-Jan-76 00:00:00 GMT' },
+      'not_modified',
+    ],
+    ['If-Modified-Since RFC 850, year 77 is 1977', { ifModifiedSince: 'Saturday, 01-Jan-77 00:00:00 GMT' }, 'proceed'],
     [
       'If-None-Match wins over If-Modified-Since',
       { ifNoneMatch: '"other"', ifModifiedSince: http(lastModifiedMs) },
       'proceed',
     ],
   ] as const)('%s', (_name, headers, expected) => {
-    expect(evaluateReadPreconditions(headers, v)).toBe(expected);
+    expect(evaluateReadPreconditions(headers, v, now)).toBe(expected);
   });
 
   it('compares If-Modified-Since at one-second resolution, as HTTP dates are', () => {
     const withMs = { etag, lastModifiedMs: lastModifiedMs + 999 };
-    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs) }, withMs)).toBe('not_modified');
-    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs - 1000) }, withMs)).toBe('proceed');
+    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs) }, withMs, now)).toBe('not_modified');
+    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs - 1000) }, withMs, now)).toBe('proceed');
   });
 });
 
@@ -119,9 +132,27 @@ describe('parseHttpDate', () => {
   const months = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
   it.each(months.map((month, index) => [month, index]))('reads %s as month %i of every form', (month, index) => {
     const ms = Date.UTC(2026, index, 9, 1, 2, 3);
-    expect(parseHttpDate(`Mon, 09 ${month} 2026 01:02:03 GMT`)).toBe(ms);
-    expect(parseHttpDate(`Monday, 09-${month}-26 01:02:03 GMT`)).toBe(ms);
-    expect(parseHttpDate(`Mon ${month}  9 01:02:03 2026`)).toBe(ms);
+    expect(parseHttpDate(`Mon, 09 ${month} 2026 01:02:03 GMT`, now)).toBe(ms);
+    expect(parseHttpDate(`Monday, 09-${month}-26 01:02:03 GMT`, now)).toBe(ms);
+    expect(parseHttpDate(`Mon ${month}  9 01:02:03 2026`, now)).toBe(ms);
+  });
+
+  it.each([
+    // [two-digit year, the request's year, the year read]: the 100 years up to 50 ahead of it.
+    ['00', 2026, 2000],
+    ['49', 2026, 2049],
+    ['50', 2026, 2050],
+    ['76', 2026, 2076],
+    ['77', 2026, 1977],
+    ['99', 2026, 1999],
+    ['30', 2080, 2130],
+    ['31', 2080, 2031],
+    ['99', 2099, 2099],
+    ['49', 2099, 2149],
+    ['50', 2099, 2050],
+  ] as const)('reads the RFC 850 year %s in %i as %i (RFC 9110 §5.6.7)', (twoDigits, nowYear, year) => {
+    const ms = parseHttpDate(`Monday, 09-Mar-${twoDigits} 01:02:03 GMT`, Date.UTC(nowYear, 5, 1));
+    expect(new Date(ms!).getUTCFullYear()).toBe(year);
   });
 });
 
@@ -178,6 +209,6 @@ describe('evaluateWritePreconditions', () => {
     ['If-None-Match malformed', { ifNoneMatch: 'abc' }, undefined, 'precondition_failed'],
     ['If-Match holds, If-None-Match does not', { ifMatch: etag, ifNoneMatch: etag }, v, 'precondition_failed'],
   ] as const)('%s', (_name, headers, current, expected) => {
-    expect(evaluateWritePreconditions(headers, current)).toBe(expected);
+    expect(evaluateWritePreconditions(headers, current, now)).toBe(expected);
   });
 });

@@ -74,17 +74,30 @@ function utc(
 }
 
 /**
+ * An RFC 850 date's two-digit year as of `nowMs` (RFC 9110 §5.6.7): a year more than 50 years ahead
+ * is the most recent past year with those digits, so the window is the 100 years up to 50 ahead. A
+ * fixed pivot (00-49 → 20xx) read `50` as 1950 in 2026, when 2050 is only 24 years ahead.
+ */
+function rfc850Year(twoDigits: number, nowMs: number): number {
+  const nowYear = new Date(nowMs).getUTCFullYear();
+  const year = nowYear - (nowYear % 100) + twoDigits;
+  if (year > nowYear + 50) return year - 100;
+  if (year <= nowYear - 50) return year + 100;
+  return year;
+}
+
+/**
  * An HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, or the obsolete RFC 850 and asctime forms) → ms, or
  * undefined for anything else. Not `Date.parse`: it takes `2030`, `tomorrow 2030` or a date
- * without a zone, and a precondition on such a value must be ignored, not evaluated.
+ * without a zone, and a precondition on such a value must be ignored, not evaluated. `nowMs` is
+ * the time an RFC 850 date's two-digit year is read against.
  */
-export function parseHttpDate(value: string): number | undefined {
+export function parseHttpDate(value: string, nowMs: number): number | undefined {
   const text = value.trim();
   let m = IMF_FIXDATE.exec(text);
   if (m) return utc(Number(m[3]), m[2]!, m[1]!, m[4]!, m[5]!, m[6]!);
   m = RFC850_DATE.exec(text);
-  // A two-digit year: 00-49 is 20xx, 50-99 19xx (a fixed pivot; nothing here reads a clock).
-  if (m) return utc(Number(m[3]) + (Number(m[3]) < 50 ? 2000 : 1900), m[2]!, m[1]!, m[4]!, m[5]!, m[6]!);
+  if (m) return utc(rfc850Year(Number(m[3]), nowMs), m[2]!, m[1]!, m[4]!, m[5]!, m[6]!);
   m = ASCTIME_DATE.exec(text);
   if (m) return utc(Number(m[6]), m[1]!, m[2]!, m[3]!, m[4]!, m[5]!);
   return undefined;
@@ -96,11 +109,13 @@ function seconds(ms: number): number {
 
 /**
  * GET/HEAD preconditions: `If-None-Match` (weak comparison; `*` matches) and, only when that is
- * absent, `If-Modified-Since`. Returns `not_modified` for a 304, otherwise `proceed`.
+ * absent, `If-Modified-Since`. Returns `not_modified` for a 304, otherwise `proceed`. `nowMs`: the
+ * request's time, for dates with a two-digit year.
  */
 export function evaluateReadPreconditions(
   headers: { ifNoneMatch?: string; ifModifiedSince?: string },
   validators: Validators,
+  nowMs: number,
 ): 'not_modified' | 'proceed' {
   if (headers.ifNoneMatch !== undefined) {
     const tags = parseEntityTags(headers.ifNoneMatch);
@@ -109,7 +124,7 @@ export function evaluateReadPreconditions(
     return tags.some((t) => t.opaque === validators.etag) ? 'not_modified' : 'proceed';
   }
   if (headers.ifModifiedSince !== undefined) {
-    const since = parseHttpDate(headers.ifModifiedSince);
+    const since = parseHttpDate(headers.ifModifiedSince, nowMs);
     if (since !== undefined && seconds(validators.lastModifiedMs) <= seconds(since)) return 'not_modified';
   }
   return 'proceed';
@@ -122,10 +137,12 @@ export function evaluateReadPreconditions(
  * matches any current version). A malformed `If-Match` or `If-None-Match` refuses the write: the
  * client asked for a condition, and a write done without it (a DELETE of a version it never saw)
  * cannot be taken back. A value of `If-Unmodified-Since` that is not an HTTP-date is ignored (§13.1.4).
+ * `nowMs`: the request's time, for dates with a two-digit year.
  */
 export function evaluateWritePreconditions(
   headers: { ifMatch?: string | undefined; ifUnmodifiedSince?: string | undefined; ifNoneMatch?: string | undefined },
   current: Validators | undefined,
+  nowMs: number,
 ): 'proceed' | 'precondition_failed' {
   if (headers.ifMatch !== undefined) {
     const tags = parseEntityTags(headers.ifMatch);
@@ -135,7 +152,7 @@ export function evaluateWritePreconditions(
       (tags === '*' || tags.some((t) => !t.weak && t.opaque === current.etag));
     if (!holds) return 'precondition_failed';
   } else if (headers.ifUnmodifiedSince !== undefined && current !== undefined) {
-    const since = parseHttpDate(headers.ifUnmodifiedSince);
+    const since = parseHttpDate(headers.ifUnmodifiedSince, nowMs);
     if (since !== undefined && seconds(current.lastModifiedMs) > seconds(since)) return 'precondition_failed';
   }
   if (headers.ifNoneMatch !== undefined) {

@@ -69,7 +69,7 @@ export function writePreconditions(ctx: RequestContext): ((current: CatalogEntry
   if (headers.ifMatch === undefined && headers.ifUnmodifiedSince === undefined && headers.ifNoneMatch === undefined)
     return undefined;
   return (current) => {
-    if (evaluateWritePreconditions(headers, current && validatorsOf(current)) === 'precondition_failed')
+    if (evaluateWritePreconditions(headers, current && validatorsOf(current), Date.now()) === 'precondition_failed')
       throw new StorageError('precondition_failed');
   };
 }

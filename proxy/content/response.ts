@@ -118,7 +118,8 @@ function headersAt(entry: ContentEntry, nowMs: number | undefined): EntryHeaders
  * Decides 200, 206 (one range, or multipart/byteranges for several), 304, 412 or 416 and the exact
  * headers. `boundary` is passed in so the function stays deterministic; as a function it is called
  * only when a multipart answer is planned (random bytes cost more than a small response's headers).
- * `nowMs` is the answer's time: `Last-Modified` is never later.
+ * `nowMs` is the answer's time: `Last-Modified` is never later, and a date with a two-digit year is
+ * read against it (without it, against the publish time: the answer is no earlier).
  */
 export function planContentResponse(
   entry: ContentEntry,
@@ -127,6 +128,7 @@ export function planContentResponse(
   nowMs?: number,
 ): ContentPlan {
   const { validators, reprDigest, common, full: fullHeaders } = headersAt(entry, nowMs);
+  const readAtMs = nowMs ?? entry.createdAtMs;
   // RFC 9110 §13.2.2 steps 1 and 2, as for a write (strong If-Match, then If-Unmodified-Since): a
   // client resuming on the ETag of a version the name no longer holds must not get this one's bytes.
   if (
@@ -134,6 +136,7 @@ export function planContentResponse(
     evaluateWritePreconditions(
       { ifMatch: request.ifMatch, ifUnmodifiedSince: request.ifUnmodifiedSince },
       validators,
+      readAtMs,
     ) === 'precondition_failed'
   ) {
     return { status: 412, headers: common };
@@ -142,6 +145,7 @@ export function planContentResponse(
     evaluateReadPreconditions(
       { ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince },
       validators,
+      readAtMs,
     ) === 'not_modified'
   ) {
     return { status: 304, headers: common };
