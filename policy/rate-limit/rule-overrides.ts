@@ -6,12 +6,14 @@
  */
 import { quoted } from '../../lib/quoted.ts';
 import { jsonbText } from '../../lib/jsonb-text.ts';
+import { withTransaction } from '../../lib/transaction.ts';
 import { JsonTooDeepError, MAX_JSON_DEPTH, parseBoundedJson } from '../../lib/bounded-json.ts';
 import type pg from 'pg';
 import { CURSORS, decodeCursor, type Page, type PageRequest, pageLimit, pageOf } from '../auth/page.ts';
 import { bypassesIn, describeBypass } from './document-changes.ts';
 import type { RuleProblem } from './errors.ts';
 import { valueOf, type Identifier } from './match.ts';
+import { ruleWriteFailure } from './pg-rule-documents.ts';
 import type { RulesAnswer } from './rules-answer.ts';
 import { MAX_ANSWER_RULES, SERVICE_NAME_PATTERN } from './rules-answer.ts';
 import { NAME_PATTERN, validateRuleList, type AvailableLimiters, type RuleSpec } from './rules.ts';
@@ -196,24 +198,47 @@ const fromRow = (r: Row): ListedOverride => {
   return rules ? { ...key, rules, updatedAt } : { ...key, rules: null, unreadable: problem!, updatedAt };
 };
 
+/**
+ * One override write in a transaction of its own, so that its failure says what was written, as a
+ * rule document's does (pg-rule-documents.ts): `store_unavailable` when nothing was (cut or refused
+ * before the COMMIT), `store_outcome_unknown` when the connection was lost while the COMMIT was under
+ * way. A single autocommit statement cannot tell the two apart.
+ */
+async function overrideWrite<T>(pool: pg.Pool, statement: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  let committing = false;
+  try {
+    return await withTransaction(pool, async (client) => {
+      const result = await statement(client);
+      committing = true;
+      return result;
+    });
+  } catch (err) {
+    throw ruleWriteFailure(err, committing);
+  }
+}
+
 export function createOverrideStore(pool: pg.Pool): OverrideStore {
   return {
     async put(o) {
-      const { rows } = await pool.query<Row>(
-        `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ($1, $2, $3, $4, $5::jsonb)
-         ON CONFLICT (service, limiter, subject_kind, subject) DO UPDATE SET rules = EXCLUDED.rules, updated_at = now()
-         RETURNING ${COLUMNS}`,
-        // The rules' descriptions are a caller's free text: half a surrogate pair in them is no 500.
-        [o.service, o.limiter, o.subjectKind, o.subject, jsonbText(o.rules)],
+      const row = await overrideWrite(pool, (client) =>
+        client.query<Row>(
+          `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ($1, $2, $3, $4, $5::jsonb)
+           ON CONFLICT (service, limiter, subject_kind, subject) DO UPDATE SET rules = EXCLUDED.rules, updated_at = now()
+           RETURNING ${COLUMNS}`,
+          // The rules' descriptions are a caller's free text: half a surrogate pair in them is no 500.
+          [o.service, o.limiter, o.subjectKind, o.subject, jsonbText(o.rules)],
+        ),
       );
       // As stored (jsonbText may have replaced half a surrogate pair); just validated, so readable.
-      const stored = fromRow(rows[0]!);
+      const stored = fromRow(row.rows[0]!);
       return { ...o, rules: stored.rules ?? o.rules, updatedAt: stored.updatedAt! };
     },
     async remove(k) {
-      const { rowCount } = await pool.query(
-        'DELETE FROM arkvory_rule_overrides WHERE service = $1 AND limiter = $2 AND subject_kind = $3 AND subject = $4',
-        [k.service, k.limiter, k.subjectKind, k.subject],
+      const { rowCount } = await overrideWrite(pool, (client) =>
+        client.query(
+          'DELETE FROM arkvory_rule_overrides WHERE service = $1 AND limiter = $2 AND subject_kind = $3 AND subject = $4',
+          [k.service, k.limiter, k.subjectKind, k.subject],
+        ),
       );
       return (rowCount ?? 0) > 0;
     },

@@ -59,3 +59,34 @@ export async function recordCliAction(db: Pick<pg.Pool, 'query'> | pg.ClientBase
     );
   }
 }
+
+/**
+ * Exit code of a rule change whose store lost the connection while committing it
+ * (`store_outcome_unknown`): it may or may not have landed. Not 0 (it is not confirmed), not 1 (it
+ * may have been made), not 3 (it is audited).
+ */
+export const EXIT_OUTCOME_UNKNOWN = 4;
+
+/**
+ * Runs a change; one failed with `store_outcome_unknown` is recorded all the same, its details saying
+ * `outcome: unknown` (a change that did land is never missing from the audit trail), is reported on
+ * stderr naming `check` (the command that tells whether it landed), and exits EXIT_OUTCOME_UNKNOWN.
+ */
+export async function changeOrUnknownOutcome(
+  command: string,
+  check: string,
+  db: Pick<pg.Pool, 'query'>,
+  audit: CliAction,
+  change: () => Promise<number>,
+): Promise<number> {
+  try {
+    return await change();
+  } catch (err) {
+    if ((err as { code?: unknown } | null)?.code !== 'store_outcome_unknown') throw err;
+    process.stderr.write(
+      `arkvory ${command}: store_outcome_unknown: ${(err as Error).message}; check with \`${check}\` before running it again\n`,
+    );
+    await recordCliAction(db, { ...audit, details: { outcome: 'unknown', ...audit.details } });
+    return EXIT_OUTCOME_UNKNOWN;
+  }
+}

@@ -189,3 +189,50 @@ describe('arkvory ratelimit with Redis down', () => {
     }
   });
 });
+
+describe('arkvory ratelimit with its PostgreSQL rule store cut inside the COMMIT', () => {
+  it('publish and unpublish exit 4 with store_outcome_unknown, and are audited with outcome unknown', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const p = await file(
+      'cut.yaml',
+      'rate_limits:\n  gateway_request:\n    - name: cut_rule\n      action: log\n      characteristics: [ip]\n      limit: 1000\n      period_s: 60\n',
+    );
+    expect((await runCli(['ratelimit', 'publish', p], env)).code).toBe(0);
+    // A deferred trigger runs inside the COMMIT; it ends its own session there.
+    await db.pool.query(`CREATE OR REPLACE FUNCTION arkvory_test_cut_cli() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$`);
+    await db.pool.query(`CREATE CONSTRAINT TRIGGER arkvory_test_cut_commit AFTER INSERT OR UPDATE ON arkvory_rate_limit_rules
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION arkvory_test_cut_cli()`);
+    try {
+      for (const args of [
+        ['publish', p],
+        ['unpublish', 'gateway_request', 'cut_rule'],
+      ]) {
+        const result = await runCli(['ratelimit', ...args], env);
+        expect([result.code, result.stdout], args.join(' ')).toEqual([4, '']);
+        expect(result.stderr).toContain(`arkvory ratelimit ${args[0]}: store_outcome_unknown:`);
+      }
+    } finally {
+      await db.pool.query('DROP TRIGGER IF EXISTS arkvory_test_cut_commit ON arkvory_rate_limit_rules');
+    }
+    // Before, neither left a row, though either may have landed.
+    const audited = await db.pool.query(
+      `SELECT action, source, target, details FROM arkvory_audit_events WHERE details->>'outcome' = 'unknown' ORDER BY id`,
+    );
+    expect(audited.rows).toEqual([
+      {
+        action: 'rate_limit.publish',
+        source: 'cli',
+        target: { file: p },
+        details: { outcome: 'unknown', names: { gateway_request: ['cut_rule'] } },
+      },
+      {
+        action: 'rate_limit.unpublish',
+        source: 'cli',
+        target: { limiter: 'gateway_request', rule: 'cut_rule' },
+        details: { outcome: 'unknown' },
+      },
+    ]);
+    await db.pool.query(`DELETE FROM arkvory_rate_limit_rules WHERE limiter = 'gateway_request'`);
+  });
+});

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { publishedRuleNames } from '../audit/admin-details.ts';
-import { recordCliAction } from './cli-audit.ts';
+import { changeOrUnknownOutcome, recordCliAction } from './cli-audit.ts';
 import type pg from 'pg';
 import type { RateLimitRedis } from '../gates/rate-limit-redis.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
@@ -138,7 +138,9 @@ in FILE are left as they are; rules are added or replaced by name. The rule stor
 ARKVORY_REDIS_URL is set, else the database (ARKVORY_DATABASE_URL, or the embedded one of a running
 gateway). Running gateways pick changes up within their refresh interval (5 s). show prints one page
 of limiters ({ limiters, nextCursor }): pass nextCursor to --cursor for the next one.
-Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
+Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage, 3 the change was made but its
+audit entry was not recorded, 4 the store lost its connection while committing the change
+(store_outcome_unknown): it may or may not have landed (recorded with outcome unknown; check with show).`,
   forms: [
     ratelimitForm('validate', 'FILE', 'check a rate_limits.yaml; exit 1 and one line per violation', async ([file]) => {
       const { rateLimits, problems } = await checkedRules(file!);
@@ -157,14 +159,24 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
         const store = await openRegistry(env, true);
         try {
           const batch = { rate_limits: Object.fromEntries(rateLimits) };
-          const result = await store.registry.publish(batch);
-          process.stdout.write(`${JSON.stringify({ published: result })}\n`);
-          await recordCliAction(store.pool!, {
-            action: 'rate_limit.publish',
-            target: { file: path.resolve(file!) },
-            details: { ...result, names: publishedRuleNames(batch) },
-          });
-          return 0;
+          const target = { file: path.resolve(file!) };
+          const names = publishedRuleNames(batch);
+          return await changeOrUnknownOutcome(
+            'ratelimit publish',
+            'arkvory ratelimit show',
+            store.pool!,
+            { action: 'rate_limit.publish', target, details: { names } },
+            async () => {
+              const result = await store.registry.publish(batch);
+              process.stdout.write(`${JSON.stringify({ published: result })}\n`);
+              await recordCliAction(store.pool!, {
+                action: 'rate_limit.publish',
+                target,
+                details: { ...result, names },
+              });
+              return 0;
+            },
+          );
         } finally {
           await store.close();
         }
@@ -173,10 +185,19 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
     ratelimitForm('unpublish', 'LIMITER RULE', 'delete one published rule', async ([limiter, rule], env) => {
       const store = await openRegistry(env, true);
       try {
-        await store.registry.unpublish(limiter!, rule!);
-        process.stdout.write(`${JSON.stringify({ unpublished: { limiter, rule } })}\n`);
-        await recordCliAction(store.pool!, { action: 'rate_limit.unpublish', target: { limiter, rule } });
-        return 0;
+        const target = { limiter, rule };
+        return await changeOrUnknownOutcome(
+          'ratelimit unpublish',
+          'arkvory ratelimit show',
+          store.pool!,
+          { action: 'rate_limit.unpublish', target },
+          async () => {
+            await store.registry.unpublish(limiter!, rule!);
+            process.stdout.write(`${JSON.stringify({ unpublished: target })}\n`);
+            await recordCliAction(store.pool!, { action: 'rate_limit.unpublish', target });
+            return 0;
+          },
+        );
       } finally {
         await store.close();
       }

@@ -36,7 +36,9 @@ when set, and takes admin keys on /api/v1/admin/rule-overrides.
 \`list\` prints one page ({ overrides, nextCursor }): pass nextCursor to --cursor for the next one.
 Exit codes: 0 ok, 1 invalid rules or no such override, 2 usage (also a KIND other than principal or
 repository, a --limit out of range, or a --cursor not valid or made for another listing, said before
-anything is opened).`,
+anything is opened), 3 the change was made but its audit entry was not recorded, 4 set or unset lost
+its connection while committing (store_outcome_unknown): it may or may not have landed (recorded
+with outcome unknown; check with list).`,
   forms: [
     form({
       name: 'serve',
@@ -122,33 +124,36 @@ async function overrides(
   if (checked && !checked.override) return fail(checked.problems.map(formatProblem));
   const { openCliPool } = await import('./cli-database.ts');
   const pool = await openCliPool(env);
-  const { recordCliAction } = await import('./cli-audit.ts');
+  const { changeOrUnknownOutcome, recordCliAction } = await import('./cli-audit.ts');
   const { overrideDetails } = await import('../audit/admin-details.ts');
   try {
     const store = createOverrideStore(pool);
-    if (sub === 'set') {
-      const saved = await store.put(checked!.override!);
-      process.stdout.write(`${JSON.stringify({ override: saved })}\n`);
-      const { limiter, subjectKind, subject } = checked!.override!;
-      await recordCliAction(pool, {
-        action: 'rule_override.set',
-        target: { service, limiter, kind: subjectKind, subject },
-        details: overrideDetails(checked!.override!.rules),
-      });
-    } else if (sub === 'unset') {
-      if (!(await store.remove(checked!.override!))) return fail(['no such override']);
-      process.stdout.write(
-        `${JSON.stringify({ removed: { service, limiter: checked!.override!.limiter, subject_kind: checked!.override!.subjectKind, subject: checked!.override!.subject } })}\n`,
-      );
-      await recordCliAction(pool, {
-        action: 'rule_override.remove',
-        target: {
-          service,
-          limiter: checked!.override!.limiter,
-          kind: checked!.override!.subjectKind,
-          subject: checked!.override!.subject,
+    if (sub === 'set' || sub === 'unset') {
+      const override = checked!.override!;
+      const target = { service, limiter: override.limiter, kind: override.subjectKind, subject: override.subject };
+      const audit =
+        sub === 'set'
+          ? { action: 'rule_override.set' as const, target, details: overrideDetails(override.rules) }
+          : { action: 'rule_override.remove' as const, target };
+      return await changeOrUnknownOutcome(
+        `rules-service ${sub}`,
+        'arkvory rules-service list',
+        pool,
+        audit,
+        async () => {
+          if (sub === 'set') {
+            const saved = await store.put(override);
+            process.stdout.write(`${JSON.stringify({ override: saved })}\n`);
+          } else {
+            if (!(await store.remove(override))) return fail(['no such override']);
+            process.stdout.write(
+              `${JSON.stringify({ removed: { service, limiter: override.limiter, subject_kind: override.subjectKind, subject: override.subject } })}\n`,
+            );
+          }
+          await recordCliAction(pool, audit);
+          return 0;
         },
-      });
+      );
     } else {
       const { PolicyError } = await import('../../policy/errors.ts');
       try {

@@ -19,7 +19,7 @@ import type { Lifecycle } from '../server/lifecycle.ts';
 import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { liveAndStatusRoutes } from '../server/health-routes.ts';
-import { mayPublishBypass } from '../admin/rate-limit-admin-routes.ts';
+import { auditUnknownOutcome, mayPublishBypass, toPolicyError } from '../admin/rate-limit-admin-routes.ts';
 import { pageQuery } from '../admin/auth-admin-routes.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { Clock } from '../../policy/clock.ts';
@@ -33,6 +33,20 @@ const ONE_OVERRIDE = `${OVERRIDES}/:service/:limiter/:kind/:subject`;
 
 function invalid(problems: Parameters<typeof formatProblem>[0][]): PolicyError {
   return new PolicyError('invalid_request', problems.map(formatProblem).join('; '));
+}
+
+/**
+ * A failed override write, as the admin API's rule writes answer: 503 `unavailable` when nothing was
+ * written, 503 `rules_outcome_unknown` when the connection was lost while its COMMIT was under way.
+ */
+function storeFailure(err: unknown): unknown {
+  const mapped = toPolicyError(err);
+  if (!(mapped instanceof PolicyError) || mapped.code !== 'rules_outcome_unknown') return mapped;
+  return new PolicyError(
+    'rules_outcome_unknown',
+    'The override store lost its connection while committing the change: it may or may not have been applied. List the overrides (GET /api/v1/admin/rule-overrides) before sending it again.',
+    { cause: err },
+  );
 }
 
 const wire = (o: {
@@ -153,7 +167,10 @@ export function rulesServiceRoutes(deps: {
             'forbidden',
             `Refused: ${bypasses.join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may serve bypass rules or weaken default rules; operators can also set them with \`arkvory rules-service set\`.`,
           );
-        const saved = await store.put(override);
+        // A write cut while committing may have landed: audited all the same, with `outcome: unknown`.
+        const saved = await store.put(override).catch((err: unknown) => {
+          throw auditUnknownOutcome(ctx, storeFailure(err), overrideDetails(override.rules));
+        });
         ctx.auditDetails = overrideDetails(override.rules);
         sendJson(res, 200, { override: wire(saved) });
       },
@@ -163,13 +180,17 @@ export function rulesServiceRoutes(deps: {
       template: ONE_OVERRIDE,
       access: 'admin',
       audit: 'rule_override.remove',
-      async handle({ res, params }) {
+      async handle(ctx) {
+        const { res, params } = ctx;
         const { override, problems } = validateOverride(
           { service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject },
           available,
         );
         if (!override) throw invalid(problems);
-        if (!(await store.remove(override))) throw new PolicyError('not_found', 'No such override.');
+        const removed = await store.remove(override).catch((err: unknown) => {
+          throw auditUnknownOutcome(ctx, storeFailure(err));
+        });
+        if (!removed) throw new PolicyError('not_found', 'No such override.');
         res.writeHead(204).end();
       },
     },

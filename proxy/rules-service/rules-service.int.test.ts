@@ -581,6 +581,71 @@ describe('overrides under hostile input (issue 35)', () => {
     return { seen, largest };
   }
 
+  it('answers 503 unavailable when an override write is cut before its COMMIT, rules_outcome_unknown and an audit row saying so when cut during it', async () => {
+    const service = await startRulesService();
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const user = await createServiceAccount(db.pool);
+    const target = { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId };
+    const remove = () =>
+      fetch(
+        `${service.url}/api/v1/admin/rule-overrides/alpha/gateway_request/principal/${encodeURIComponent(user.principalId)}`,
+        { method: 'DELETE', headers: bearer(admin.key) },
+      );
+    expect((await putOverride(service, admin.key, target, [capRule('cut_rule', 5)])).status).toBe(200);
+    // The backend running the trigger ends its own session: the connection is cut there.
+    await db.pool.query(`CREATE OR REPLACE FUNCTION arkvory_test_cut_override() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$`);
+    try {
+      await db.pool.query(`CREATE TRIGGER arkvory_test_cut BEFORE INSERT OR UPDATE OR DELETE ON arkvory_rule_overrides
+        FOR EACH ROW EXECUTE FUNCTION arkvory_test_cut_override()`);
+      for (const res of [await putOverride(service, admin.key, target, [capRule('cut_rule', 6)]), await remove()]) {
+        expect(res.status).toBe(503);
+        expect(await res.json()).toMatchObject({ code: 'unavailable', message: expect.stringContaining('nothing') });
+      }
+      await db.pool.query('DROP TRIGGER arkvory_test_cut ON arkvory_rule_overrides');
+      // Cut inside the COMMIT (a deferred trigger runs there): the change may or may not have landed.
+      await db.pool.query(`CREATE CONSTRAINT TRIGGER arkvory_test_cut_commit AFTER INSERT OR UPDATE OR DELETE ON arkvory_rule_overrides
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION arkvory_test_cut_override()`);
+      for (const res of [await putOverride(service, admin.key, target, [capRule('cut_rule', 7)]), await remove()]) {
+        expect(res.status).toBe(503);
+        expect(await res.json()).toMatchObject({ code: 'rules_outcome_unknown' });
+      }
+      // The CLI's set and unset exit 4 (not 0: unconfirmed; not 1: it may have been made), audited as unknown.
+      const file = path.join(await makeTempDir('arkvory-cut-'), 'rules.json');
+      await writeFile(file, JSON.stringify([capRule('cut_rule', 8)]));
+      const cliEnv = { ARKVORY_DATABASE_URL: db.url, ARKVORY_SERVICE_NAME: 'alpha' };
+      for (const args of [
+        ['set', 'gateway_request', 'principal', user.principalId, file],
+        ['unset', 'gateway_request', 'principal', user.principalId],
+      ]) {
+        const cli = await runCli(['rules-service', ...args], cliEnv);
+        expect([cli.code, cli.stdout], cli.stderr).toEqual([4, '']);
+        expect(cli.stderr).toContain(`arkvory rules-service ${args[0]}: store_outcome_unknown:`);
+      }
+    } finally {
+      await db.pool.query('DROP TRIGGER IF EXISTS arkvory_test_cut ON arkvory_rule_overrides');
+      await db.pool.query('DROP TRIGGER IF EXISTS arkvory_test_cut_commit ON arkvory_rule_overrides');
+    }
+    // Both are in the audit trail, saying their outcome is unknown: before, neither left a row.
+    const audited = await db.pool.query(
+      `SELECT action, source, details FROM arkvory_audit_events WHERE details->>'outcome' = 'unknown' AND target->>'subject' = $1 ORDER BY id`,
+      [user.principalId],
+    );
+    expect(audited.rows).toEqual([
+      {
+        action: 'rule_override.set',
+        source: '127.0.0.1',
+        details: { outcome: 'unknown', rules: 1, names: ['cut_rule'] },
+      },
+      { action: 'rule_override.remove', source: '127.0.0.1', details: { outcome: 'unknown' } },
+      { action: 'rule_override.set', source: 'cli', details: { outcome: 'unknown', rules: 1, names: ['cut_rule'] } },
+      { action: 'rule_override.remove', source: 'cli', details: { outcome: 'unknown' } },
+    ]);
+    // The store's failure is no fault of the service's: no error line.
+    expect(logLines(service).filter((l) => Number(l.level) >= 50)).toEqual([]);
+    await db.pool.query('DELETE FROM arkvory_rule_overrides WHERE subject = $1', [user.principalId]);
+  });
+
   it('stores an override whose description holds half a surrogate pair, with U+FFFD for it: not a 500', async () => {
     const service = await startRulesService();
     const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
