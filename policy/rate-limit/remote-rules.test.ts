@@ -306,6 +306,31 @@ describe('wire contract and breaker', () => {
     expect(shapeKey('l', ['principal'], { principal: '-' })).not.toBe(shapeKey('l', ['principal'], {}));
   });
 
+  it('refuses a limit rule in an override that does not count by its subject: its counter would be shared with other subjects', () => {
+    const cap = (characteristics: string[], action = 'limit') => ({
+      name: 'vip_cap',
+      action,
+      characteristics,
+      limit: 10,
+      period_s: 60,
+    });
+    const forKind = (subjectKind: string, rules: unknown[]) =>
+      validateOverride(
+        { service: 'alpha', limiter: 'gateway_request', subjectKind, subject: 's', rules },
+        available,
+      ).problems.map((p) => `${p.path.join('.')}: ${p.message}`);
+    // One file set for two principals: without principal in its key, A's requests use up B's budget.
+    expect(forKind('principal', [cap([])])).toEqual([
+      'rules.0.characteristics: rule "vip_cap": a limit rule in a principal override must count by principal (add it to characteristics), or its counter is shared with every other principal whose override has a rule of this name',
+    ]);
+    expect(forKind('principal', [cap(['ip'])])).toHaveLength(1);
+    expect(forKind('repository', [cap(['principal'])])).toHaveLength(1);
+    expect(forKind('principal', [cap(['principal', 'ip'])])).toEqual([]);
+    expect(forKind('repository', [cap(['repository'])])).toEqual([]);
+    // log and skip rules block nothing.
+    expect(forKind('principal', [cap([], 'log')])).toEqual([]);
+  });
+
   it('an override holds at most 50 rules, so an answer joining a principal override and a repository one fits in 100', () => {
     const rules = (n: number) =>
       Array.from({ length: n }, (_, i) => ({ name: `r${i}`, action: 'log', limit: 1, period_s: 1 }));

@@ -76,6 +76,18 @@ export function validateOverride(
       new Set(spec.available_properties),
       spec.limit_rules_count_by,
     );
+  // A counter is keyed by rule name and characteristic values only (keys.ts), not by the override
+  // that served the rule: a limit rule not counting by its subject would share one counter with every
+  // other subject whose override holds a rule of that name (one file set for many customers), so one
+  // customer's traffic would lock the others out. `log` and `skip` rules block nothing.
+  if (SUBJECT_KINDS.includes(subjectKind as SubjectKind))
+    rules.forEach((rule, i) => {
+      if (rule.action === 'limit' && !(rule.characteristics ?? []).includes(subjectKind as string))
+        problems.push({
+          path: ['rules', i, 'characteristics'],
+          message: `rule "${rule.name}": a limit rule in a ${subjectKind as string} override must count by ${subjectKind as string} (add it to characteristics), or its counter is shared with every other ${subjectKind as string} whose override has a rule of this name`,
+        });
+    });
   if (rules.length > MAX_OVERRIDE_RULES)
     problems.push({
       path: ['rules'],

@@ -377,7 +377,13 @@ describe('external rules service (Phase 3) with real processes', () => {
     await createRepository(db.pool, 'varied');
     const user = await createServiceAccount(db.pool, { grants: { varied: 'read' } });
     const target = { service: 'alpha', limiter: 'gateway_request', kind: 'repository', subject: 'varied' };
-    expect((await putOverride(service, admin.key, target, [capRule('repo_cap', 1000)])).status).toBe(200);
+    expect(
+      (
+        await putOverride(service, admin.key, target, [
+          { ...capRule('repo_cap', 1000), characteristics: ['repository', 'principal'] },
+        ])
+      ).status,
+    ).toBe(200);
     try {
       const gw = await startGateway({ env: gatewayEnv(service) });
       const read = (repo: string, headers: Record<string, string>) =>
