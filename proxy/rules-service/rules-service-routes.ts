@@ -41,7 +41,11 @@ function invalid(problems: Parameters<typeof formatProblem>[0][]): PolicyError {
  */
 function storeFailure(err: unknown): unknown {
   const mapped = toPolicyError(err);
-  if (!(mapped instanceof PolicyError) || mapped.code !== 'rules_outcome_unknown') return mapped;
+  if (!(mapped instanceof PolicyError)) return mapped;
+  // As every other answer of this service's while its database fails (docs/rate-limits.md).
+  if (mapped.code === 'unavailable')
+    return new PolicyError('unavailable', mapped.message, { cause: err, headers: { 'retry-after': '1' } });
+  if (mapped.code !== 'rules_outcome_unknown') return mapped;
   return new PolicyError(
     'rules_outcome_unknown',
     'The override store lost its connection while committing the change: it may or may not have been applied. List the overrides (GET /api/v1/admin/rule-overrides) before sending it again.',

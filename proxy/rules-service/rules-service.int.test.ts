@@ -606,6 +606,7 @@ describe('overrides under hostile input (issue 35)', () => {
         FOR EACH ROW EXECUTE FUNCTION arkvory_test_cut_override()`);
       for (const res of [await putOverride(service, admin.key, target, [capRule('cut_rule', 6)]), await remove()]) {
         expect(res.status).toBe(503);
+        expect(res.headers.get('retry-after')).toBe('1');
         expect(await res.json()).toMatchObject({ code: 'unavailable', message: expect.stringContaining('nothing') });
       }
       await db.pool.query('DROP TRIGGER arkvory_test_cut ON arkvory_rule_overrides');
