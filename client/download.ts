@@ -9,6 +9,7 @@
  * the whole file is hashed against the digest the gateway published and only then renamed to
  * `output`: a corrupt file never appears under the final name. A file already under `output` keeps
  * its permission bits and owner (replaced-file.ts); the partial file is created with its bits too.
+ * The file is flushed to disk before its rename.
  */
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -57,7 +58,10 @@ export interface DownloadOptions {
   readonly files?: DownloadFiles;
 }
 
-/** The file system calls that write `<output>.partial` (`open`) and `<output>.partial.json` (`writeFile`). */
+/**
+ * The file system calls that write `<output>.partial` (`open`) and `<output>.partial.json`
+ * (`writeFile`); `open` also opens the partial file and the directory to flush them.
+ */
 export interface DownloadFiles {
   readonly open: typeof open;
   readonly writeFile: typeof writeFile;
@@ -115,7 +119,7 @@ async function hashPrefix(file: string, bytes?: number): Promise<Hash> {
  * or state file's name would have this run write the file it points at. Both are opened without
  * following one (a link planted between the check below and the open fails the open instead).
  */
-const { O_CREAT, O_NOFOLLOW, O_RDONLY, O_TRUNC, O_WRONLY } = constants;
+const { O_CREAT, O_DIRECTORY, O_NOFOLLOW, O_RDONLY, O_TRUNC, O_WRONLY } = constants;
 const CREATE = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW;
 
 /** Removes a symlink (not what it points at), or other non-file, at `file`; a directory is left to fail the open. */
@@ -133,6 +137,16 @@ async function readState(file: string): Promise<PartialState | undefined> {
     return typeof state.etag === 'string' && Number.isSafeInteger(state.total) ? state : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/** Flushes `file` to the disk (its bytes, or a directory's entries), so what a rename publishes survives a crash. */
+async function flush(files: DownloadFiles, file: string, flags: number): Promise<void> {
+  const handle = await files.open(file, flags);
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
   }
 }
 
@@ -321,7 +335,11 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
     throw new ArkvoryClientError('protocol', 'The gateway published no digest to verify the file against.');
   const replaced = await replacedFileOf(options.output);
   if (replaced) await takeOver(partial, replaced);
+  // The bytes reach the disk before the name does: renamed first, a crash (power lost) could leave
+  // the final name over an empty or partly written file. The directory is flushed for the rename.
+  await flush(files, partial, O_RDONLY | O_NOFOLLOW);
   await rename(partial, options.output);
+  await flush(files, path.dirname(path.resolve(options.output)), O_RDONLY | O_DIRECTORY);
   await rm(stateFile, { force: true });
   report(true, true);
   return { path: options.output, bytes: held, sha256, attempts, resumes };

@@ -237,6 +237,33 @@ describe('arkvory get against one gateway', () => {
     }
   });
 
+  it('flushes the whole file to disk before the rename gives it the final name, and the directory after', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/flushed.bin';
+    const body = randomContent(48 * 1024);
+    await put(gw, key, name, body);
+    const output = path.join(dir, 'flushed.bin');
+    const synced: Array<{ file: string; size: number; named: boolean }> = [];
+    const files = {
+      open: (async (file, flags, mode) => {
+        const handle = await open(file, flags, mode);
+        const sync = handle.sync.bind(handle);
+        handle.sync = async () => {
+          await sync();
+          synced.push({ file: String(file), size: (await handle.stat()).size, named: existsSync(output) });
+        };
+        return handle;
+      }) as typeof open,
+      writeFile,
+    };
+    await download({ url: `${gw.url}${name}/content`, output, key, files });
+    expect(sha256(await readFile(output))).toBe(sha256(body));
+    expect(synced.map(({ file, named }) => [path.relative(dir, file) || '.', named])).toEqual([
+      ['flushed.bin.partial', false],
+      ['.', true],
+    ]);
+    expect(synced[0]!.size).toBe(body.length);
+  });
+
   it('never writes through a symlink planted at its partial file or its state file', async () => {
     const name = '/api/v1/repositories/dl/artifacts/planted.bin';
     const body = randomContent(32 * 1024);
