@@ -9,7 +9,7 @@
  * the whole file is hashed against the digest the gateway published and only then renamed to
  * `output`: a corrupt file never appears under the final name. A file already under `output` keeps
  * its permission bits and owner (replaced-file.ts); the partial file is created with its bits too.
- * The file is flushed to disk before its rename.
+ * The file is flushed to disk before its rename, and one run at a time writes an output (download-lock.ts).
  */
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -23,6 +23,7 @@ import { request, type Dispatcher } from 'undici';
 import { KeyScope } from './credential-scope.ts';
 import { ArkvoryClientError, gatewayError, unsendable } from './errors.ts';
 import type { Progress } from './progress.ts';
+import { lockOutput } from './download-lock.ts';
 import { replacedFileOf, takeOver } from './replaced-file.ts';
 import { backoffMs, decide, mirrorUrl, retryAfterMs } from './retry-decision.ts';
 
@@ -140,6 +141,16 @@ async function readState(file: string): Promise<PartialState | undefined> {
   }
 }
 
+export async function download(options: DownloadOptions): Promise<DownloadResult> {
+  await access(path.dirname(path.resolve(options.output)), constants.W_OK);
+  const release = await lockOutput(options.output);
+  try {
+    return await downloadLocked(options);
+  } finally {
+    await release();
+  }
+}
+
 /** Flushes `file` to the disk (its bytes, or a directory's entries), so what a rename publishes survives a crash. */
 async function flush(files: DownloadFiles, file: string, flags: number): Promise<void> {
   const handle = await files.open(file, flags);
@@ -150,7 +161,7 @@ async function flush(files: DownloadFiles, file: string, flags: number): Promise
   }
 }
 
-export async function download(options: DownloadOptions): Promise<DownloadResult> {
+async function downloadLocked(options: DownloadOptions): Promise<DownloadResult> {
   const urls = [options.url, ...(options.mirrors ?? []).map((m) => mirrorUrl(options.url, m))];
   const keyScope = new KeyScope(options.keyOrigins ?? urls);
   const now = options.now ?? Date.now;
@@ -160,7 +171,6 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   const stateFile = `${partial}.json`;
   const maxStalled = options.maxStalledAttempts ?? 12;
   const started = now();
-  await access(path.dirname(path.resolve(options.output)), constants.W_OK);
   // The new bytes of a file kept private are not readable by others while they arrive either; the
   // owner may always read and write the partial file (a resume opens and hashes it again).
   const replacing = await replacedFileOf(options.output);

@@ -14,6 +14,8 @@ export const CLIENT_ERRORS = {
   upload_failed: 'The gateway could not complete the upload.',
   /** An AbortSignal ended the transfer. */
   aborted: 'The transfer was aborted.',
+  /** Another download to the same output runs (its `<output>.partial.lock` is held). */
+  target_locked: 'Another download to this file is running.',
   /** Bad arguments: no URL, a target path that names nothing, a key no HTTP header can carry (never retried). */
   invalid_argument: 'Invalid argument.',
 } as const;

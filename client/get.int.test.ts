@@ -264,6 +264,39 @@ describe('arkvory get against one gateway', () => {
     expect(synced[0]!.size).toBe(body.length);
   });
 
+  it('one run at a time per output: a lock held by a live process refuses it (its partial file untouched), a dead one is taken over', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/locked.bin';
+    const body = randomContent(32 * 1024);
+    await put(gw, key, name, body);
+    const output = path.join(dir, 'locked.bin');
+    const lock = `${output}.partial.lock`;
+    await writeFile(`${output}.partial`, body.subarray(0, 1000));
+    await writeFile(
+      `${output}.partial.json`,
+      JSON.stringify({ etag: `"${sha256(body)}"`, total: body.length, digestHex: sha256(body) }),
+    );
+    // Another run, alive (this test's own process), holds the output.
+    await writeFile(lock, JSON.stringify({ pid: process.pid, host: os.hostname() }));
+    const error = await download({ url: `${gw.url}${name}/content`, output, key }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'target_locked' });
+    expect(existsSync(output)).toBe(false);
+    expect((await readFile(`${output}.partial`)).length).toBe(1000);
+    expect(existsSync(lock)).toBe(true);
+    const cli = await runCli(['get', 'dl/locked.bin', '-o', output], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
+    expect(cli.code).toBe(1);
+    expect(cli.stderr).toMatch(/^arkvory: target_locked: Another download to this file is running \(process \d+ on /);
+    expect((await readFile(`${output}.partial`)).length).toBe(1000);
+
+    // A run killed while it held the lock: its process is gone, so the lock is taken over and released.
+    const dead = spawn(process.execPath, ['-e', '']);
+    await new Promise((resolve) => dead.once('exit', resolve));
+    await writeFile(lock, JSON.stringify({ pid: dead.pid, host: os.hostname() }));
+    const got = await download({ url: `${gw.url}${name}/content`, output, key });
+    expect(got).toMatchObject({ sha256: sha256(body), resumes: 1 });
+    expect(sha256(await readFile(output))).toBe(sha256(body));
+    expect(existsSync(lock)).toBe(false);
+  });
+
   it('never writes through a symlink planted at its partial file or its state file', async () => {
     const name = '/api/v1/repositories/dl/artifacts/planted.bin';
     const body = randomContent(32 * 1024);

@@ -131,7 +131,8 @@ If-Range after any cut (also after a restart of this command), moving to the nex
 gateway's origin, or a full URL) when a gateway answers 502/503/504 or the connection drops, waiting
 Retry-After on 429, and verifying the whole file against the digest the gateway publishes (then
 flushing it to disk) before it takes the final name; a file already there keeps its permission bits
-(and, run as root, its owner).
+(and, run as root, its owner). One run at a time writes FILE (<FILE>.partial.lock; another fails with
+target_locked; a killed run's lock is taken over).
 The key goes only to the origin of --url/ARKVORY_URL and of each --mirror: a URL on any other origin
 is fetched without credentials (a public object works, else 401), a pre-signed link never gets it,
 and redirects are not followed. Progress goes to stderr (a bar on a terminal, JSON lines otherwise);
