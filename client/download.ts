@@ -311,6 +311,10 @@ async function downloadLocked(options: DownloadOptions): Promise<DownloadResult>
           break;
         case 'fail':
           throw gatewayError(res.statusCode, await res.body.text());
+        case 'protocol':
+          // Not read into an error message: a hostile or broken server's body may be of any size.
+          res.body.on('error', () => {}).destroy();
+          throw new ArkvoryClientError('protocol', decision.reason, { status: res.statusCode });
       }
     } catch (err) {
       if (options.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: err });

@@ -264,6 +264,41 @@ describe('arkvory get against one gateway', () => {
     expect(synced[0]!.size).toBe(body.length);
   });
 
+  it('refuses a 206 whose Content-Range is not the range asked (a proxy rewrote it) as protocol, unread, the partial kept', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/ranged.bin';
+    const body = randomContent(64 * 1024);
+    await put(gw, key, name, body);
+    const half = body.length / 2;
+    // A real nginx in front of the gateway that answers every range as if it started at 0.
+    const proxy = await startHeaderLoggingProxy(gw.url, {
+      locationDirectives: `proxy_hide_header Content-Range; add_header Content-Range "bytes 0-${body.length - 1}/${body.length}";`,
+    });
+    const output = path.join(dir, 'ranged.bin');
+    await writeFile(`${output}.partial`, body.subarray(0, half));
+    await writeFile(
+      `${output}.partial.json`,
+      JSON.stringify({ etag: `"${sha256(body)}"`, total: body.length, digestHex: sha256(body) }),
+    );
+    try {
+      const error = await download({ url: `${proxy.url}${name}/content`, output, key }).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'protocol', status: 206 });
+      expect((error as Error).message).toBe(
+        `The 206's Content-Range (bytes 0-${body.length - 1}/${body.length}) does not start at byte ${half}, which was asked for.`,
+      );
+      expect((await proxy.requests()).filter((r) => r.request.includes('/content')).map((r) => r.status)).toEqual([
+        206,
+      ]);
+    } finally {
+      await proxy.stop();
+    }
+    expect(existsSync(output)).toBe(false);
+    expect((await readFile(`${output}.partial`)).equals(body.subarray(0, half))).toBe(true);
+    // The gateway itself resumes it.
+    const got = await download({ url: `${gw.url}${name}/content`, output, key });
+    expect(got).toMatchObject({ sha256: sha256(body), resumes: 1 });
+    expect(sha256(await readFile(output))).toBe(sha256(body));
+  });
+
   it('one run at a time per output: a lock held by a live process refuses it (its partial file untouched), a dead one is taken over', async () => {
     const name = '/api/v1/repositories/dl/artifacts/locked.bin';
     const body = randomContent(32 * 1024);

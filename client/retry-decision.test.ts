@@ -13,7 +13,9 @@ describe('resuming client decisions', () => {
       etag: `"${SHA}"`,
       digestHex: SHA,
     });
-    expect(decide(206, { 'content-range': 'bytes 0-999/1000', etag: `"${SHA}"` }, 100)).toEqual({ kind: 'fail' });
+    expect(decide(206, { 'content-range': 'bytes 0-999/1000', etag: `"${SHA}"` }, 100)).toMatchObject({
+      kind: 'protocol',
+    });
     expect(decide(200, { 'content-length': '1000', etag: `"${SHA}"` }, 100)).toEqual({
       kind: 'body',
       offset: 0,
@@ -30,6 +32,31 @@ describe('resuming client decisions', () => {
     expect(decide(206, headers, 100, held)).toEqual({ kind: 'restart' });
     expect(decide(206, { 'content-range': 'bytes 100-999/1000' }, 100, held)).toEqual({ kind: 'restart' });
     expect(decide(206, headers, 100, { etag: other, total: 1000 }).kind).toBe('body');
+  });
+
+  it('refuses a 206 of the same representation whose Content-Range is not the range asked, its body unread', () => {
+    const etag = `"${SHA}"`;
+    const held = { etag, total: 1000 };
+    const asked = (range: string | undefined, more: Record<string, string> = {}) =>
+      decide(206, { ...(range === undefined ? {} : { 'content-range': range }), etag, ...more }, 100, held);
+    for (const [range, why] of [
+      [undefined, /\(none\) is not one range of a known length/],
+      ['bytes 100-999/*', /is not one range of a known length/],
+      ['bytes 50-999/1000', /does not start at byte 100/],
+      ['bytes 100-99/1000', /is not within the length it gives/],
+      ['bytes 100-1999/1000', /is not within the length it gives/],
+      ['bytes 100-1999/2000', /gives another length than 1000 for the same ETag/],
+    ] as const) {
+      const decision = asked(range);
+      expect(decision.kind, range).toBe('protocol');
+      expect((decision as { reason: string }).reason).toMatch(why);
+    }
+    expect(asked('bytes 100-999/1000', { 'content-length': '1900' })).toMatchObject({
+      kind: 'protocol',
+      reason: expect.stringMatching(/is not as long as its Content-Length/),
+    });
+    expect(asked('bytes 100-199/1000', { 'content-length': '100' }).kind).toBe('body');
+    expect(asked('bytes 100-999/1000').kind).toBe('body');
   });
 
   it('takes a 416 at the offset as the end only when the bytes held may be the whole', () => {

@@ -24,7 +24,9 @@ export type Decision =
   /** This gateway cannot serve now (fenced, a dependency down, a proxy error): try the next one. */
   | { readonly kind: 'failover' }
   /** A refusal retrying cannot change (401, 403, 404, …): the caller reads the error body. */
-  | { readonly kind: 'fail' };
+  | { readonly kind: 'fail' }
+  /** A 206 that is not the range asked for: its body is not read (it may be any size), and the transfer fails. */
+  | { readonly kind: 'protocol'; readonly reason: string };
 
 function one(headers: Headers, name: string): string | undefined {
   const v = headers[name];
@@ -66,7 +68,8 @@ export interface HeldRepresentation {
  * (If-Range failed) or the server ignores ranges: start over from 0. A server or mirror that
  * ignores If-Range answers for whatever it holds now, so a 206 of another ETag, or a 416 saying
  * the object ends at `offset` when `held` is longer or that carries another ETag, cannot continue (or
- * end) the bytes held: start over.
+ * end) the bytes held: start over. A 206 of the same representation whose Content-Range is not the
+ * range asked (another start, past its length, another length, longer than its body) is `protocol`.
  */
 export function decide(status: number, headers: Headers, offset: number, held?: HeldRepresentation): Decision {
   if (status === 200) {
@@ -80,14 +83,31 @@ export function decide(status: number, headers: Headers, offset: number, held?: 
     };
   }
   if (status === 206) {
-    const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
-    if (!range || Number(range[1]) !== offset) return { kind: 'fail' };
+    const text = one(headers, 'content-range') ?? '';
+    const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(text);
+    const [start, end, total] = range ? [Number(range[1]), Number(range[2]), Number(range[3])] : [];
     const etag = strongEtag(headers);
-    if (held && etag !== held.etag) return { kind: 'restart' };
+    // Its ETag first: a 206 of another representation is a restart, whatever range it says it holds.
+    if (range && held && etag !== held.etag) return { kind: 'restart' };
+    const length = one(headers, 'content-length');
+    const wrong =
+      !range || !Number.isSafeInteger(total)
+        ? 'is not one range of a known length'
+        : start !== offset
+          ? `does not start at byte ${offset}, which was asked for`
+          : end! < start! || end! >= total!
+            ? 'is not within the length it gives'
+            : held && held.total >= 0 && total !== held.total
+              ? `gives another length than ${held.total} for the same ETag`
+              : length !== undefined && Number(length) !== end! - start! + 1
+                ? 'is not as long as its Content-Length'
+                : undefined;
+    if (wrong)
+      return { kind: 'protocol', reason: `The 206's Content-Range (${text.slice(0, 80) || 'none'}) ${wrong}.` };
     return {
       kind: 'body',
       offset,
-      total: Number(range[3]),
+      total: total!,
       etag,
       digestHex: publishedSha256(headers),
     };

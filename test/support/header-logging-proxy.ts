@@ -47,11 +47,12 @@ async function stopChild(child: ChildProcess): Promise<void> {
  * Starts nginx proxying everything to `upstream` (`http://host:port`); with `pathPrefix` (`/p/`), only
  * what is under that prefix, which nginx strips (a service published under a path of a shared host).
  * `forwardedPrefix`: nginx also says so in `X-Forwarded-Prefix` (the prefix without its last slash),
- * replacing whatever its client sent there.
+ * replacing whatever its client sent there. `locationDirectives`: more nginx directives for that
+ * location (a proxy that rewrites the upstream's answers, e.g. its headers).
  */
 export async function startHeaderLoggingProxy(
   upstream: string,
-  options: { pathPrefix?: string; forwardedPrefix?: boolean } = {},
+  options: { pathPrefix?: string; forwardedPrefix?: boolean; locationDirectives?: string } = {},
 ): Promise<HeaderLoggingProxy> {
   const prefix = options.pathPrefix;
   if (prefix !== undefined && !/^\/[A-Za-z0-9._~/-]*\/$/.test(prefix))
@@ -74,7 +75,7 @@ server {
     proxy_set_header Host $http_host;
     proxy_set_header Connection "";${forwarded}
     proxy_request_buffering off;
-    proxy_buffering off;
+    proxy_buffering off;${options.locationDirectives === undefined ? '' : `\n    ${options.locationDirectives}`}
   }
 }`,
   });
