@@ -21,6 +21,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import { KeyScope } from './credential-scope.ts';
+import { errorBody } from './error-body.ts';
 import { ArkvoryClientError, gatewayError, unsendable } from './errors.ts';
 import type { Progress } from './progress.ts';
 import { lockOutput } from './download-lock.ts';
@@ -306,11 +307,11 @@ async function downloadLocked(options: DownloadOptions): Promise<DownloadResult>
           break;
         }
         case 'failover':
-          lastError = gatewayError(res.statusCode, await res.body.text());
+          lastError = gatewayError(res.statusCode, await errorBody(res.body));
           failover = true;
           break;
         case 'fail':
-          throw gatewayError(res.statusCode, await res.body.text());
+          throw gatewayError(res.statusCode, await errorBody(res.body));
         case 'protocol':
           // Not read into an error message: a hostile or broken server's body may be of any size.
           res.body.on('error', () => {}).destroy();

@@ -299,6 +299,34 @@ describe('arkvory get against one gateway', () => {
     expect(sha256(await readFile(output))).toBe(sha256(body));
   });
 
+  it('reads no more than 64 KiB of an error answer, however long (a proxy answers 404 with a 256 MiB body)', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/absent.bin';
+    // A real nginx in front of the gateway that answers its 404 with a huge file (sparse: no disk).
+    const pages = await makeTempDir('arkvory-error-page-');
+    const page = await open(path.join(pages, 'error.bin'), 'w');
+    await page.truncate(256 * MiB);
+    await page.close();
+    const proxy = await startHeaderLoggingProxy(gw.url, {
+      locationDirectives: `proxy_intercept_errors on; error_page 404 =404 /error.bin; location = /error.bin { internal; root ${pages}; }`,
+    });
+    try {
+      const error = await download({
+        url: `${proxy.url}${name}/content`,
+        output: path.join(dir, 'absent.bin'),
+        key,
+      }).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'http_404', status: 404 });
+      await proxy.stop();
+      const [asked] = (await proxy.requests()).filter((r) => r.request.includes('/content'));
+      expect(asked?.status).toBe(404);
+      // Socket buffers take some megabytes after the client stops reading; the whole was 256 MiB.
+      expect(asked!.bodyBytesSent).toBeLessThan(64 * MiB);
+    } finally {
+      await proxy.stop();
+      await rm(pages, { recursive: true, force: true });
+    }
+  });
+
   it('one run at a time per output: a lock held by a live process refuses it (its partial file untouched), a dead one is taken over', async () => {
     const name = '/api/v1/repositories/dl/artifacts/locked.bin';
     const body = randomContent(32 * 1024);

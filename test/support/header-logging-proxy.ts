@@ -1,6 +1,6 @@
 /**
  * A real nginx as a reverse proxy in front of an HTTP server (an S3 server, the rules service), logging
- * each request's method, target, status and `traceparent` header: it shows what the gateway sent
+ * each request's method, target, status, `traceparent` header and body bytes sent: it shows what the gateway sent
  * upstream. Host is passed on unchanged (an S3 signature covers it) and bodies stream both ways; a
  * path prefix, when given, is stripped as a proxy publishing a service under a path does.
  */
@@ -20,6 +20,8 @@ export interface LoggedRequest {
   readonly request: string;
   /** The request's traceparent, or undefined when it had none. */
   readonly traceparent: string | undefined;
+  /** The bytes of the answer's body nginx sent (fewer than the whole when the client hung up). */
+  readonly bodyBytesSent: number;
 }
 
 export interface HeaderLoggingProxy {
@@ -64,7 +66,7 @@ export async function startHeaderLoggingProxy(
   const port = await freeLoopbackPort();
   const conf = await writeNginxConf(dir, {
     workerConnections: 256,
-    http: `log_format headers '$status "$request" "$http_traceparent"';
+    http: `log_format headers '$status "$request" "$http_traceparent" $body_bytes_sent';
 access_log ${dir}/access.log headers;
 server {
   listen 127.0.0.1:${port};
@@ -103,12 +105,13 @@ server {
         .split('\n')
         .filter((line) => line !== '')
         .map((line) => {
-          const match = /^(\d{3}) "(.*)" "(.*)"$/.exec(line);
+          const match = /^(\d{3}) "(.*)" "(.*)" (\d+)$/.exec(line);
           if (!match) throw new Error(`unexpected access log line: ${line}`);
           return {
             status: Number(match[1]),
             request: match[2]!,
             traceparent: match[3] === '-' ? undefined : match[3],
+            bodyBytesSent: Number(match[4]),
           };
         });
     },
