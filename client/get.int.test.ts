@@ -20,7 +20,7 @@ import { contentDigest, randomContent, request, sha256 } from '../test/support/c
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
 import { CLI, ROOT, makeTempDir, runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startHeaderLoggingProxy } from '../test/support/header-logging-proxy.ts';
-import { ArkvoryClientError, download } from './index.ts';
+import { ArkvoryClientError, download, presign, upload } from './index.ts';
 import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
@@ -316,11 +316,25 @@ describe('arkvory get against one gateway', () => {
         key,
       }).catch((e: unknown) => e);
       expect(error).toMatchObject({ code: 'http_404', status: 404 });
+      // The client's other calls read their error answers the same way.
+      const linkError = await presign({ url: `${proxy.url}${name}`, key }).catch((e: unknown) => e);
+      expect(linkError).toMatchObject({ status: 404 });
+      const file = path.join(dir, 'to-nowhere.bin');
+      await writeFile(file, 'bytes');
+      const upError = await upload({
+        file,
+        url: `${proxy.url}/api/v1/repositories/no-such-repository/artifacts/x.bin`,
+        key,
+      }).catch((e: unknown) => e);
+      expect(upError).toMatchObject({ status: 404 });
       await proxy.stop();
-      const [asked] = (await proxy.requests()).filter((r) => r.request.includes('/content'));
-      expect(asked?.status).toBe(404);
-      // Socket buffers take some megabytes after the client stops reading; the whole was 256 MiB.
-      expect(asked!.bodyBytesSent).toBeLessThan(64 * MiB);
+      const logged = await proxy.requests();
+      for (const route of ['/content', '/presign', '/no-such-repository/']) {
+        const [asked] = logged.filter((r) => r.request.includes(route));
+        expect(asked?.status).toBe(404);
+        // Socket buffers take some megabytes after the client stops reading; the whole was 256 MiB.
+        expect(asked!.bodyBytesSent).toBeLessThan(64 * MiB);
+      }
     } finally {
       await proxy.stop();
       await rm(pages, { recursive: true, force: true });

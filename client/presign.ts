@@ -1,4 +1,5 @@
 import { request, type Dispatcher } from 'undici';
+import { errorBody } from './error-body.ts';
 import { gatewayError, unsendable } from './errors.ts';
 import { linkUrl } from './link-prefix.ts';
 
@@ -32,8 +33,7 @@ export async function presign(options: {
   }).catch((err: unknown) => {
     throw unsendable(err) ?? err;
   });
-  const text = await res.body.text();
-  if (res.statusCode !== 201) throw gatewayError(res.statusCode, text);
-  const link = JSON.parse(text) as PresignedLink;
+  if (res.statusCode !== 201) throw gatewayError(res.statusCode, await errorBody(res.body));
+  const link = JSON.parse(await res.body.text()) as PresignedLink;
   return { ...link, url: linkUrl(presignUrl, link.path) };
 }

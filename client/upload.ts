@@ -14,6 +14,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import { pathOnOrigin } from './credential-scope.ts';
+import { errorBody } from './error-body.ts';
 import { ArkvoryClientError, gatewayError, unsendable } from './errors.ts';
 import { backoffMs, retryAfterMs } from './retry-decision.ts';
 
@@ -261,10 +262,9 @@ class Requests {
           ...(o.signal ? { signal: o.signal } : {}),
           ...(o.dispatcher ? { dispatcher: o.dispatcher } : {}),
         });
-        const text = await res.body.text();
         if ((res.statusCode >= 200 && res.statusCode < 300) || what.accept?.includes(res.statusCode))
-          return { status: res.statusCode, body: text };
-        const error = gatewayError(res.statusCode, text);
+          return { status: res.statusCode, body: await res.body.text() };
+        const error = gatewayError(res.statusCode, await errorBody(res.body));
         if (res.statusCode === 429) waitMs = retryAfterMs(res.headers, (o.now ?? Date.now)(), 1000, 60_000);
         else if (res.statusCode >= 502 && res.statusCode <= 504) waitMs = backoffMs(attempt);
         else throw error;
