@@ -70,7 +70,8 @@ export const EXIT_OUTCOME_UNKNOWN = 4;
 /**
  * Runs a change; one failed with `store_outcome_unknown` is recorded all the same, its details saying
  * `outcome: unknown` (a change that did land is never missing from the audit trail), is reported on
- * stderr naming `check` (the command that tells whether it landed), and exits EXIT_OUTCOME_UNKNOWN.
+ * stderr naming `check` (the command that tells whether it landed), and exits EXIT_OUTCOME_UNKNOWN,
+ * also when that entry cannot be recorded (reported on stderr as such, never as a change done).
  */
 export async function changeOrUnknownOutcome(
   command: string,
@@ -86,7 +87,15 @@ export async function changeOrUnknownOutcome(
     process.stderr.write(
       `arkvory ${command}: store_outcome_unknown: ${(err as Error).message}; check with \`${check}\` before running it again\n`,
     );
-    await recordCliAction(db, { ...audit, details: { outcome: 'unknown', ...audit.details } });
+    try {
+      await recordCliAction(db, { ...audit, details: { outcome: 'unknown', ...audit.details } });
+    } catch (unrecorded) {
+      if (!(unrecorded instanceof AuditNotRecorded)) throw unrecorded;
+      // Not AuditNotRecorded's own line and exit 3: that one says the change was done.
+      process.stderr.write(
+        `arkvory ${command}: audit_not_recorded: ${audit.action} may or may not have been done, and its audit entry was not recorded: ${(unrecorded.cause as Error).message}\n`,
+      );
+    }
     return EXIT_OUTCOME_UNKNOWN;
   }
 }

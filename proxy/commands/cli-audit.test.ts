@@ -1,0 +1,43 @@
+/** A rule change of unknown outcome exits 4 and is never reported as done, whether or not its audit entry is recorded. */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { changeOrUnknownOutcome, EXIT_OUTCOME_UNKNOWN } from './cli-audit.ts';
+
+const unknownOutcome = () =>
+  Promise.reject(Object.assign(new Error('the COMMIT was cut'), { code: 'store_outcome_unknown' }));
+const audit = { action: 'rate_limit.publish' as const, target: { limiter: 'gateway_request' } };
+
+describe('changeOrUnknownOutcome', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('records the unknown outcome and exits 4', async () => {
+    const stderr = vi.spyOn(process.stderr, 'write').mockReturnValue(true);
+    const query = vi.fn().mockResolvedValue({ rows: [], rowCount: 1 });
+    const code = await changeOrUnknownOutcome(
+      'ratelimit publish',
+      'arkvory ratelimit show',
+      { query },
+      audit,
+      unknownOutcome,
+    );
+    expect(code).toBe(EXIT_OUTCOME_UNKNOWN);
+    expect(query).toHaveBeenCalledTimes(1);
+    expect(String(stderr.mock.calls[0]?.[0])).toContain('store_outcome_unknown');
+  });
+
+  it('exits 4 when the audit entry cannot be recorded either, saying the change may or may not have been done', async () => {
+    const stderr = vi.spyOn(process.stderr, 'write').mockReturnValue(true);
+    const query = vi.fn().mockRejectedValue(new Error('connection terminated'));
+    const code = await changeOrUnknownOutcome(
+      'ratelimit publish',
+      'arkvory ratelimit show',
+      { query },
+      audit,
+      unknownOutcome,
+    );
+    expect(code).toBe(EXIT_OUTCOME_UNKNOWN);
+    const written = stderr.mock.calls.map((c) => String(c[0])).join('');
+    expect(written).toContain('audit_not_recorded: rate_limit.publish may or may not have been done');
+    expect(written).toContain('connection terminated');
+    expect(written).not.toContain('was done');
+  });
+});
