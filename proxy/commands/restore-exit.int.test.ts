@@ -11,11 +11,10 @@ import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
 import { runBackup } from '../../storage-adapter/backup/backup.ts';
 import { openFsStore } from '../../storage-adapter/fs/index.ts';
-import { freeLoopbackPort, startProcess, waitForHttp, writeNginxConf } from '../../test/harness/index.ts';
 import { createRepository } from '../../test/support/auth.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli } from '../../test/support/gateway.ts';
-import { startStaticStore } from '../../test/support/static-store.ts';
+import { startRewritingFront, startStaticStore } from '../../test/support/static-store.ts';
 
 const source = useTestDatabase();
 const CUT = 'ARKVORY-CUT-SHORT-MARKER';
@@ -52,32 +51,14 @@ it('exits 4 with one line when its scrub leaves a blob unjudged; the restore its
 
   const nginx = await startStaticStore();
   onTestFinished(() => nginx.stop());
-  const dir = await makeTempDir('arkvory-cutting-front-');
-  const port = await freeLoopbackPort();
-  const upstream = `http://127.0.0.1:${nginx.port}`;
-  const conf = await writeNginxConf(dir, {
-    http: `server {
-  listen 127.0.0.1:${port};
-  location /arkvory/blobs/ {
-    proxy_pass ${upstream};
-    sub_filter_types *;
-    sub_filter_once off;
-    sub_filter '${CUT}' '';
-  }
-  location / { proxy_pass ${upstream}; }
-}`,
-  });
-  const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (cuts blob GETs)' });
-  onTestFinished(async () => {
-    await front.stop();
-  });
-  await waitForHttp(`http://127.0.0.1:${port}/arkvory/`, { process: front, isReady: (status) => status < 500 });
+  const front = await startRewritingFront(nginx, 'blobs/', [[CUT, '']]);
+  onTestFinished(() => front.stop());
 
   const target = await createTestDatabase({ migrated: false });
   onTestFinished(() => target.drop());
   const restored = await runCli(['restore', backup], {
     ARKVORY_DATABASE_URL: target.url,
-    ARKVORY_STORAGE_URL: `http://127.0.0.1:${port}/arkvory/`,
+    ARKVORY_STORAGE_URL: front.url,
     ARKVORY_DATA_DIR: await makeTempDir('arkvory-cut-data-'),
   });
   const cutSha = createHash('sha256').update(bodies[0]!).digest('hex');

@@ -9,11 +9,11 @@ import { mkdir, readdir, readFile, rename, utimes, writeFile } from 'node:fs/pro
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { freeLoopbackPort, startProcess, waitForHttp, writeNginxConf } from '../../test/harness/index.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir } from '../../test/support/gateway.ts';
-import { startStaticStore } from '../../test/support/static-store.ts';
+import { startRewritingFront, startStaticStore } from '../../test/support/static-store.ts';
 import { openHttpStore } from './http-store.ts';
 import { blobRelativePath } from '../paths.ts';
 import { scrubBlobs } from '../maintenance/scrub.ts';
@@ -80,30 +80,17 @@ describe('static-HTTP store (nginx)', () => {
 
   it('without MOVE, a copy whose GET comes back other bytes (a proxy rewriting it, or cutting it short with a clean end) publishes nothing: stored_bytes_mismatch', async () => {
     const nginx = await startStaticStore({ move: false });
-    // A second nginx in front of the store rewrites what it answers GETs under tmp/ with (sub_filter,
-    // as a rewriting proxy would): one marker into other bytes of its length, another into nothing.
+    // A second nginx in front of the store rewrites what it answers GETs under tmp/ with (as a
+    // rewriting proxy would): one marker into other bytes of its length, another into nothing.
     const same = 'ARKVORY-SAME-SIZE-MARKER';
     const cut = 'ARKVORY-CUT-SHORT-MARKER';
-    const dir = await makeTempDir('arkvory-rewriting-proxy-');
-    const port = await freeLoopbackPort();
-    const upstream = `http://127.0.0.1:${nginx.port}`;
-    const conf = await writeNginxConf(dir, {
-      http: `server {
-  listen 127.0.0.1:${port};
-  location /arkvory/tmp/ {
-    proxy_pass ${upstream};
-    sub_filter_types *;
-    sub_filter_once off;
-    sub_filter '${same}' '${'x'.repeat(same.length)}';
-    sub_filter '${cut}' '';
-  }
-  location / { proxy_pass ${upstream}; }
-}`,
-    });
-    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (rewrites GETs)' });
     try {
-      await waitForHttp(`http://127.0.0.1:${port}/arkvory/`, { process: front, isReady: (status) => status < 500 });
-      const store = await freshWriterStore(`http://127.0.0.1:${port}/arkvory/`);
+      const front = await startRewritingFront(nginx, 'tmp/', [
+        [same, 'x'.repeat(same.length)],
+        [cut, ''],
+      ]);
+      onTestFinished(() => front.stop());
+      const store = await freshWriterStore(front.url);
       try {
         for (const [marker, size] of [
           [same, 'the same size'],
@@ -128,7 +115,6 @@ describe('static-HTTP store (nginx)', () => {
         await store.close();
       }
     } finally {
-      await front.stop();
       await nginx.stop();
     }
   });
@@ -187,29 +173,16 @@ describe('static-HTTP store (nginx)', () => {
     // clean end): one marker into nothing (cut short), another into more bytes (running long).
     const cut = 'ARKVORY-CUT-SHORT-MARKER';
     const long = 'ARKVORY-RUNS-LONG-MARKER';
-    const dir = await makeTempDir('arkvory-cutting-proxy-');
-    const port = await freeLoopbackPort();
-    const upstream = `http://127.0.0.1:${nginx.port}`;
-    const conf = await writeNginxConf(dir, {
-      http: `server {
-  listen 127.0.0.1:${port};
-  location /arkvory/blobs/ {
-    proxy_pass ${upstream};
-    sub_filter_types *;
-    sub_filter_once off;
-    sub_filter '${cut}' '';
-    sub_filter '${long}' '${long}${long}';
-  }
-  location / { proxy_pass ${upstream}; }
-}`,
-    });
-    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (cuts GETs)' });
     const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
     try {
-      await waitForHttp(`http://127.0.0.1:${port}/arkvory/`, { process: front, isReady: (status) => status < 500 });
+      const front = await startRewritingFront(nginx, 'blobs/', [
+        [cut, ''],
+        [long, long + long],
+      ]);
+      onTestFinished(() => front.stop());
       const direct = await freshWriterStore(nginx.url);
       const proxied = await openHttpStore({
-        url: `http://127.0.0.1:${port}/arkvory/`,
+        url: front.url,
         role: 'reader',
         pool: db.pool,
         connectTimeoutMs: 1000,
@@ -251,7 +224,6 @@ describe('static-HTTP store (nginx)', () => {
         await direct.close();
       }
     } finally {
-      await front.stop();
       await nginx.stop();
     }
   });

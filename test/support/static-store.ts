@@ -13,7 +13,7 @@ import { afterAll } from 'vitest';
 import { request } from './content.ts';
 import { makeTempDir } from './gateway.ts';
 import { siteConfig } from './static-store-config.ts';
-import { freeLoopbackPort, writeNginxConf } from '../harness/index.ts';
+import { freeLoopbackPort, startProcess, waitForHttp, writeNginxConf } from '../harness/index.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
@@ -134,4 +134,52 @@ include ${site};`,
   };
   await store.start();
   return store;
+}
+
+/** A proxy in front of a static store that rewrites what it answers (`startRewritingFront`). */
+export interface RewritingFront {
+  /** Base URL of the store root through the proxy. */
+  readonly url: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * A second nginx in front of `store` that rewrites the bodies it answers under `under` (sub_filter,
+ * chunked with a clean end, as a rewriting proxy would): each `[from, to]` pair, every occurrence.
+ * Everything else passes through unchanged. Resolves once it answers.
+ */
+export async function startRewritingFront(
+  store: Pick<StaticStore, 'port'>,
+  under: 'blobs/' | 'tmp/',
+  rewrites: readonly (readonly [from: string, to: string])[],
+): Promise<RewritingFront> {
+  if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
+  const dir = await makeTempDir('arkvory-rewriting-front-');
+  const port = await freeLoopbackPort();
+  const upstream = `http://127.0.0.1:${store.port}`;
+  const filters = rewrites.map(([from, to]) => `    sub_filter '${from}' '${to}';`).join('\n');
+  const conf = await writeNginxConf(dir, {
+    http: `server {
+  listen 127.0.0.1:${port};
+  location /arkvory/${under} {
+    proxy_pass ${upstream};
+    sub_filter_types *;
+    sub_filter_once off;
+${filters}
+  }
+  location / { proxy_pass ${upstream}; }
+}`,
+  });
+  const front = startProcess(NGINX, ['-p', dir, '-c', conf], { name: 'nginx (rewriting front)' });
+  const url = `http://127.0.0.1:${port}/arkvory/`;
+  const stop = async (): Promise<void> => {
+    await front.stop();
+  };
+  try {
+    await waitForHttp(url, { process: front, isReady: (status) => status < 500 });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { url, stop };
 }
