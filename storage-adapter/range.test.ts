@@ -16,8 +16,8 @@ describe('decideRange', () => {
     ],
     ['single last byte', 'bytes=999-999', 1000, { kind: 'partial', ranges: [{ start: 999, end: 999 }] }],
     [
-      'unit is case-insensitive, spaces allowed',
-      'Bytes = 0-1 , 500-501',
+      'unit is case-insensitive, OWS allowed around the commas (RFC 9110 §5.6.1.2)',
+      'Bytes=0-1 , \t500-501',
       1000,
       {
         kind: 'partial',
@@ -71,6 +71,29 @@ describe('decideRange', () => {
       { kind: 'partial', ranges: [{ start: 0, end: 9 }] },
     ],
     ['empty list elements are ignored', 'bytes=0-9,,', 1000, { kind: 'partial', ranges: [{ start: 0, end: 9 }] }],
+    // RFC 9110 §14.1.1: `range-unit "=" range-set`, no OWS around the '=' nor before the first element.
+    ['a space before the equals sign', 'bytes =0-1', 1000, { kind: 'full' }],
+    ['a space after the equals sign', 'bytes= 0-1', 1000, { kind: 'full' }],
+    ['spaces around the equals sign', 'bytes = 0-1', 1000, { kind: 'full' }],
+    ['a tab after the equals sign', 'bytes=\t0-1', 1000, { kind: 'full' }],
+    ['a space before the unit', ' bytes=0-1', 1000, { kind: 'full' }],
+    [
+      'an empty first element may have OWS before its comma',
+      'bytes= ,0-1',
+      1000,
+      { kind: 'partial', ranges: [{ start: 0, end: 1 }] },
+    ],
+    [
+      'OWS after the last element',
+      'bytes=0-1 \t',
+      1000,
+      { kind: 'partial', ranges: [{ start: 0, end: 1 }] },
+    ],
+    // Not OWS: a no-break space is no list separator, nor is a vertical tab.
+    ['a no-break space after a comma', 'bytes=0-1,\u00a0200-300', 1000, { kind: 'full' }],
+    ['a no-break space before a comma', 'bytes=0-1\u00a0,200-300', 1000, { kind: 'full' }],
+    ['a vertical tab after a comma', 'bytes=0-1,\v200-300', 1000, { kind: 'full' }],
+    ['spaces inside a range-spec', 'bytes=0 - 1', 1000, { kind: 'full' }],
     ['first-pos at size', 'bytes=1000-', 1000, { kind: 'unsatisfiable' }],
     ['zero suffix', 'bytes=-0', 1000, { kind: 'unsatisfiable' }],
     ['any range of an empty file', 'bytes=0-', 0, { kind: 'unsatisfiable' }],

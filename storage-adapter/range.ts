@@ -34,15 +34,30 @@ function toNumber(digits: string): number {
   return trimmed.length > 15 ? Number.POSITIVE_INFINITY : Number(trimmed);
 }
 
+/** OWS (RFC 9110 §5.6.3): spaces and horizontal tabs only, not every character `trim` removes. */
+const OWS_AROUND = /^[ \t]+|[ \t]+$/g;
+const LEADING_OWS = /^[ \t]/;
+
+/**
+ * `ranges-specifier = range-unit "=" range-set` (RFC 9110 §14.1.1), exactly: no whitespace around
+ * the `=` (`bytes = 0-1` is not a ranges-specifier, so it is ignored like any malformed one: a
+ * server MAY ignore a Range it cannot parse, §14.2), and the set is a list as §5.6.1.2 has
+ * recipients take it, `[ element ] *( OWS "," [ OWS element ] )`: whitespace around the commas and
+ * empty elements, never before the first element.
+ */
 function parseSpecs(header: string): Spec[] | undefined {
   const eq = header.indexOf('=');
   // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent: without '=' (eq -1) the unit check below fails too (only a 6-character 'bytes?' passes it, and then no item parses)
   if (eq < 0) return undefined;
-  if (header.slice(0, eq).trim().toLowerCase() !== 'bytes') return undefined;
+  // Range unit names are case-insensitive (§14.1).
+  if (header.slice(0, eq).toLowerCase() !== 'bytes') return undefined;
   const specs: Spec[] = [];
-  for (const rawItem of header.slice(eq + 1).split(',')) {
-    const item = rawItem.trim();
+  const items = header.slice(eq + 1).split(',');
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i]!.replace(OWS_AROUND, '');
     if (item === '') continue; // the list syntax allows empty elements
+    // Before the first element the list syntax has no OWS: `bytes= 0-1` is as malformed as `bytes =0-1`.
+    if (i === 0 && LEADING_OWS.test(items[i]!)) return undefined;
     if (specs.length >= MAX_RANGES) return undefined;
     const dash = item.indexOf('-');
     if (dash < 0) return undefined;
