@@ -83,12 +83,7 @@ describe('decideRange', () => {
       1000,
       { kind: 'partial', ranges: [{ start: 0, end: 1 }] },
     ],
-    [
-      'OWS after the last element',
-      'bytes=0-1 \t',
-      1000,
-      { kind: 'partial', ranges: [{ start: 0, end: 1 }] },
-    ],
+    ['OWS after the last element', 'bytes=0-1 \t', 1000, { kind: 'partial', ranges: [{ start: 0, end: 1 }] }],
     // Not OWS: a no-break space is no list separator, nor is a vertical tab.
     ['a no-break space after a comma', 'bytes=0-1,\u00a0200-300', 1000, { kind: 'full' }],
     ['a no-break space before a comma', 'bytes=0-1\u00a0,200-300', 1000, { kind: 'full' }],

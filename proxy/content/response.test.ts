@@ -61,6 +61,25 @@ describe('planContentResponse', () => {
     });
   });
 
+  it('a 304 carries ETag and Cache-Control, no other representation metadata (RFC 9110 §15.4.5)', () => {
+    // An attachment type, and a Last-Modified ahead of the clock: neither adds a field to a 304.
+    const html = { ...entry, contentType: 'text/html' };
+    for (const [request, nowMs] of [
+      [{ ifNoneMatch: etag }, undefined],
+      [{ ifModifiedSince: 'Sun, 29 Nov 2026 10:00:00 GMT', range: 'bytes=0-1' }, undefined],
+      [{ ifNoneMatch: '*' }, entry.createdAtMs - 400],
+    ] as const)
+      expect(planContentResponse(html, request, 'B', nowMs), JSON.stringify(request)).toEqual({
+        status: 304,
+        headers: {
+          etag,
+          'cache-control': 'private, no-cache',
+          'x-content-type-options': 'nosniff',
+          'content-security-policy': 'sandbox',
+        },
+      });
+  });
+
   it('206 for one range', () => {
     expect(planContentResponse(entry, { range: 'bytes=10-19' }, 'B')).toMatchObject({
       status: 206,

@@ -65,7 +65,25 @@ interface EntryHeaders {
   readonly common: Readonly<Record<string, string>>;
   /** The whole-body 200's headers, the common case: built once, never copied per request. */
   readonly full: Readonly<Record<string, string>>;
+  /** A 304's headers (notModifiedHeaders). */
+  readonly notModified: Readonly<Record<string, string>>;
 }
+
+/**
+ * RFC 9110 §15.4.5: a 304 carries those of Content-Location, Date, ETag, Vary, Cache-Control and
+ * Expires a 200 would (here ETag and Cache-Control; Node adds Date), and no other representation
+ * metadata: no Last-Modified (there is an ETag), Content-Disposition, Content-Type or Content-Length,
+ * and no Accept-Ranges, which is about a body a 304 does not have. A cache updates its stored
+ * response with the 304's fields (RFC 9111 §4.3.4), so those left out keep the 200's values. The
+ * security fields are no representation metadata and stay: whatever a browser renders from its
+ * cache after this answer is still sandboxed.
+ */
+function notModifiedHeaders(etag: string, cacheControl: string): Readonly<Record<string, string>> {
+  return Object.freeze({ etag, 'cache-control': cacheControl, ...CONTENT_SECURITY_HEADERS });
+}
+
+/** A shared cache must ask again: the key may have lost its grant. */
+const CONTENT_CACHE_CONTROL = 'private, no-cache';
 
 /** Header values that depend only on the (immutable) entry, formatted once per cached entry. */
 const entryHeaders = new WeakMap<ContentEntry, EntryHeaders>();
@@ -80,7 +98,7 @@ function headersOf(entry: ContentEntry): EntryHeaders {
       'accept-ranges': 'bytes',
       etag: validators.etag,
       'last-modified': lastModified,
-      'cache-control': 'private, no-cache',
+      'cache-control': CONTENT_CACHE_CONTROL,
       ...CONTENT_SECURITY_HEADERS,
     };
     if (needsAttachment(entry.contentType)) common['content-disposition'] = 'attachment';
@@ -90,7 +108,14 @@ function headersOf(entry: ContentEntry): EntryHeaders {
       'content-length': String(entry.sizeBytes),
       'repr-digest': reprDigest,
     };
-    h = { validators, lastModified, reprDigest, common: Object.freeze(common), full: Object.freeze(full) };
+    h = {
+      validators,
+      lastModified,
+      reprDigest,
+      common: Object.freeze(common),
+      full: Object.freeze(full),
+      notModified: notModifiedHeaders(validators.etag, CONTENT_CACHE_CONTROL),
+    };
     entryHeaders.set(entry, h);
   }
   return h;
@@ -127,7 +152,7 @@ export function planContentResponse(
   makeBoundary: string | (() => string),
   nowMs?: number,
 ): ContentPlan {
-  const { validators, reprDigest, common, full: fullHeaders } = headersAt(entry, nowMs);
+  const { validators, reprDigest, common, full: fullHeaders, notModified } = headersAt(entry, nowMs);
   const readAtMs = nowMs ?? entry.createdAtMs;
   // RFC 9110 §13.2.2 steps 1 and 2, as for a write (strong If-Match, then If-Unmodified-Since): a
   // client resuming on the ETag of a version the name no longer holds must not get this one's bytes.
@@ -148,7 +173,7 @@ export function planContentResponse(
       readAtMs,
     ) === 'not_modified'
   ) {
-    return { status: 304, headers: common };
+    return { status: 304, headers: notModified };
   }
   const size = entry.sizeBytes;
   const full: ContentPlan = {

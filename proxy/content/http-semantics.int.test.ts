@@ -1,0 +1,110 @@
+/**
+ * HTTP semantics of the content routes as curl sees them (RFC 9110): a Range that is
+ * not a ranges-specifier, the fields of a 304, and the metadata route's validators and
+ * conditional requests. The directory store: these are the gateway's own answers, the same on
+ * every store (content.int.test.ts runs the byte semantics on all of them).
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { contentDigest, randomContent, request } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const run = promisify(execFile);
+
+interface CurlAnswer {
+  readonly status: number;
+  /** Names in lower case. */
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: Buffer;
+}
+
+/** One request by curl (HTTP/1.1, nothing decoded): its final head (`-i`) and its body as received. */
+async function curl(url: string, args: readonly string[]): Promise<CurlAnswer> {
+  const { stdout } = await run('curl', ['-sS', '--http1.1', '-i', ...args, url], {
+    encoding: 'buffer',
+    timeout: 10_000,
+  });
+  let rest = stdout;
+  for (;;) {
+    const end = rest.indexOf('\r\n\r\n');
+    const [statusLine, ...lines] = rest.subarray(0, end).toString('latin1').split('\r\n');
+    rest = rest.subarray(end + 4);
+    const status = Number(statusLine!.split(' ')[1]);
+    // A 1xx head (100 Continue) comes before the answer's own.
+    if (status < 200) continue;
+    const headers: Record<string, string> = {};
+    for (const line of lines) {
+      const colon = line.indexOf(':');
+      headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+    }
+    return { status, headers, body: rest };
+  }
+}
+
+describe('HTTP semantics of the content and metadata routes, through curl', () => {
+  const db = useTestDatabase();
+  let gw: GatewayProcess;
+  let key: string;
+  const data = randomContent(5000);
+  const base = () => `${gw.url}/api/v1/repositories/sem/artifacts`;
+  const auth = () => ['-H', `authorization: Bearer ${key}`];
+  const put = (id: string, body: Buffer, contentType = 'text/html') =>
+    request(`${base()}/${id}`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-type': contentType, 'content-digest': contentDigest(body) },
+      body,
+    });
+
+  beforeAll(async () => {
+    await createRepository(db.pool, 'sem');
+    ({ key } = await createServiceAccount(db.pool, { grants: { sem: 'write' } }));
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'info' }, timeoutMs: 60_000 });
+    expect((await put('page.html', data)).status).toBe(201);
+  });
+
+  it('a Range with whitespace around its "=" is no ranges-specifier (RFC 9110 §14.1.1): ignored, the whole body with 200', async () => {
+    const url = `${base()}/page.html/content`;
+    for (const range of ['bytes = 0-1', 'bytes =0-1', 'bytes= 0-1', 'bytes=\t0-1']) {
+      const res = await curl(url, [...auth(), '-H', `range: ${range}`]);
+      expect(res.status, range).toBe(200);
+      expect(res.headers['content-range'], range).toBeUndefined();
+      expect(res.body.equals(data), range).toBe(true);
+    }
+    // Whitespace around the commas is the list syntax (§5.6.1.2), and the unit is case-insensitive.
+    const part = await curl(url, [...auth(), '-H', 'range: Bytes=10-19 ,\t2000-2009']);
+    expect(part.status).toBe(206);
+    expect(part.headers['content-type']).toMatch(/^multipart\/byteranges; boundary=/);
+    expect(part.body.includes(data.subarray(10, 20))).toBe(true);
+    expect(part.body.includes(data.subarray(2000, 2010))).toBe(true);
+  });
+
+  it('a 304 carries ETag and Cache-Control, no other representation metadata (RFC 9110 §15.4.5)', async () => {
+    const url = `${base()}/page.html/content`;
+    const full = await curl(url, auth());
+    expect(full.headers).toMatchObject({ 'content-disposition': 'attachment', 'accept-ranges': 'bytes' });
+    for (const conditional of [
+      `if-none-match: ${full.headers.etag}`,
+      `if-modified-since: ${full.headers['last-modified']}`,
+    ])
+      for (const method of [[], ['-I']]) {
+        const res = await curl(url, [...auth(), ...method, '-H', conditional]);
+        expect(res.status, conditional).toBe(304);
+        // Besides the answer's own (Date, X-Request-Id, the rate limit's) and the connection's.
+        const fields = Object.keys(res.headers).filter(
+          (name) =>
+            !['date', 'x-request-id', 'ratelimit', 'ratelimit-policy', 'connection', 'keep-alive'].includes(name),
+        );
+        expect(fields.sort(), conditional).toEqual([
+          'cache-control',
+          'content-security-policy',
+          'etag',
+          'x-content-type-options',
+        ]);
+        expect(res.headers.date).toMatch(/ GMT$/);
+        expect(res.headers).toMatchObject({ etag: full.headers.etag, 'cache-control': 'private, no-cache' });
+      }
+  });
+});
