@@ -10,7 +10,11 @@ import { metadataOf } from './metadata.ts';
 import { CONTENT_TEMPLATES, keyFromParams } from './paths.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
-import { readOnlyError, writePreconditions } from './content-routes.ts';
+import { header, readOnlyError, writePreconditions } from './content-routes.ts';
+import { planMetadataResponse } from './response.ts';
+
+/** As every JSON answer (sendJson): no cache keeps it; a client may still revalidate its own copy. */
+const METADATA_CACHE_CONTROL = 'no-store';
 
 export interface ArtifactDeps {
   readonly catalog: Catalog;
@@ -54,7 +58,25 @@ export function artifactRoutes(deps: ArtifactDeps): Route[] {
         async handle(ctx) {
           const entry = await deps.catalog.get(keyFromParams(kind, ctx.params));
           if (!entry) throw new StorageError('not_found', 'No such artifact.');
-          sendJson(ctx.res, 200, metadataOf(entry), { etag: `"${entry.sha256}"` });
+          const plan = planMetadataResponse(
+            entry,
+            {
+              ifMatch: header(ctx, 'if-match'),
+              ifUnmodifiedSince: header(ctx, 'if-unmodified-since'),
+              ifNoneMatch: header(ctx, 'if-none-match'),
+              ifModifiedSince: header(ctx, 'if-modified-since'),
+            },
+            // The clock Node dates the answer by (its Date header).
+            Date.now(),
+          );
+          if (plan.status === 412)
+            throw new StorageError('precondition_failed', undefined, { headers: { ...plan.headers } });
+          if (plan.status === 304) {
+            ctx.res.writeHead(304, { ...plan.headers, 'cache-control': METADATA_CACHE_CONTROL });
+            ctx.res.end();
+            return;
+          }
+          sendJson(ctx.res, 200, metadataOf(entry), { ...plan.headers, 'cache-control': METADATA_CACHE_CONTROL });
         },
       },
       {

@@ -211,4 +211,23 @@ describe('evaluateWritePreconditions', () => {
   ] as const)('%s', (_name, headers, current, expected) => {
     expect(evaluateWritePreconditions(headers, current, now)).toBe(expected);
   });
+
+  // A base path's version has two tags: its bytes' and its metadata answer's.
+  const both = { ...v, alsoEtag: '"meta"' };
+  it.each([
+    ['If-Match the other tag', { ifMatch: '"meta"' }, 'proceed'],
+    ['If-Match the other tag in a list', { ifMatch: '"x", "meta"' }, 'proceed'],
+    ['If-Match the first tag', { ifMatch: etag }, 'proceed'],
+    ['If-Match the other tag, weak (strong comparison)', { ifMatch: 'W/"meta"' }, 'precondition_failed'],
+    ['If-Match neither', { ifMatch: '"x"' }, 'precondition_failed'],
+    ['If-None-Match the other tag', { ifNoneMatch: '"meta"' }, 'precondition_failed'],
+    ['If-None-Match the other tag, weak', { ifNoneMatch: 'W/"meta"' }, 'precondition_failed'],
+    ['If-None-Match neither', { ifNoneMatch: '"x"' }, 'proceed'],
+  ] as const)('%s', (_name, headers, expected) => {
+    expect(evaluateWritePreconditions(headers, both, now)).toBe(expected);
+  });
+
+  it('a read never matches the other tag', () => {
+    expect(evaluateReadPreconditions({ ifNoneMatch: '"meta"' }, { ...v, alsoEtag: '"meta"' }, now)).toBe('proceed');
+  });
 });

@@ -8,6 +8,16 @@ export interface Validators {
   readonly etag: string;
   /** Last-Modified in ms since the epoch; compared at one-second resolution, as HTTP dates are. */
   readonly lastModifiedMs: number;
+  /**
+   * Another strong tag of the same version, which a write's `If-Match` and `If-None-Match` also
+   * match (a name's base path: its metadata answer's tag beside its bytes' tag). Reads never use it.
+   */
+  readonly alsoEtag?: string | undefined;
+}
+
+/** A write's comparison: the version's tag or its other one. */
+function namesVersion(opaque: string, current: Validators): boolean {
+  return opaque === current.etag || opaque === current.alsoEtag;
 }
 
 interface EntityTag {
@@ -149,7 +159,7 @@ export function evaluateWritePreconditions(
     const holds =
       tags !== undefined &&
       current !== undefined &&
-      (tags === '*' || tags.some((t) => !t.weak && t.opaque === current.etag));
+      (tags === '*' || tags.some((t) => !t.weak && namesVersion(t.opaque, current)));
     if (!holds) return 'precondition_failed';
   } else if (headers.ifUnmodifiedSince !== undefined && current !== undefined) {
     const since = parseHttpDate(headers.ifUnmodifiedSince, nowMs);
@@ -158,7 +168,7 @@ export function evaluateWritePreconditions(
   if (headers.ifNoneMatch !== undefined) {
     const tags = parseEntityTags(headers.ifNoneMatch);
     if (tags === undefined) return 'precondition_failed';
-    if (current !== undefined && (tags === '*' || tags.some((t) => t.opaque === current.etag)))
+    if (current !== undefined && (tags === '*' || tags.some((t) => namesVersion(t.opaque, current))))
       return 'precondition_failed';
   }
   return 'proceed';

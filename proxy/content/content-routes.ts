@@ -15,7 +15,7 @@ import { isMediaType } from './media-type.ts';
 import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
 import { evaluateWritePreconditions } from './conditional.ts';
-import { type ContentPlan, planContentResponse, validatorsOf } from './response.ts';
+import { type ContentPlan, planContentResponse, writeValidatorsOf } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
@@ -51,7 +51,7 @@ export interface ContentDeps {
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
 
-function header(ctx: RequestContext, name: string): string | undefined {
+export function header(ctx: RequestContext, name: string): string | undefined {
   const value = ctx.req.headers[name];
   return Array.isArray(value) ? value.join(', ') : value;
 }
@@ -69,7 +69,9 @@ export function writePreconditions(ctx: RequestContext): ((current: CatalogEntry
   if (headers.ifMatch === undefined && headers.ifUnmodifiedSince === undefined && headers.ifNoneMatch === undefined)
     return undefined;
   return (current) => {
-    if (evaluateWritePreconditions(headers, current && validatorsOf(current), Date.now()) === 'precondition_failed')
+    if (
+      evaluateWritePreconditions(headers, current && writeValidatorsOf(current), Date.now()) === 'precondition_failed'
+    )
       throw new StorageError('precondition_failed');
   };
 }

@@ -1,5 +1,5 @@
 /**
- * HTTP semantics of the content routes as curl sees them (RFC 9110): a Range that is
+ * HTTP semantics of the content and metadata routes as curl sees them (RFC 9110): a Range that is
  * not a ranges-specifier, the fields of a 304, and the metadata route's validators and
  * conditional requests. The directory store: these are the gateway's own answers, the same on
  * every store (content.int.test.ts runs the byte semantics on all of them).
@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
-import { contentDigest, randomContent, request } from '../../test/support/content.ts';
+import { contentDigest, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
@@ -106,5 +106,50 @@ describe('HTTP semantics of the content and metadata routes, through curl', () =
         expect(res.headers.date).toMatch(/ GMT$/);
         expect(res.headers).toMatchObject({ etag: full.headers.etag, 'cache-control': 'private, no-cache' });
       }
+  });
+
+  it('the metadata route has Last-Modified and its own strong ETag, and evaluates preconditions; writes take either tag', async () => {
+    const body = randomContent(300);
+    expect((await put('meta.bin', body, 'application/octet-stream')).status).toBe(201);
+    const url = `${base()}/meta.bin`;
+    const got = await curl(url, auth());
+    expect(got.status).toBe(200);
+    const meta = JSON.parse(got.body.toString()) as { createdAt: string; sha256: string };
+    expect(meta.sha256).toBe(sha256(body));
+    const etag = got.headers.etag!;
+    expect(etag).toBe(`"${sha256(body)}.m1.${Date.parse(meta.createdAt)}"`);
+    expect(got.headers['last-modified']).toBe(new Date(meta.createdAt).toUTCString());
+    const head = await curl(url, [...auth(), '-I']);
+    expect(head.status).toBe(200);
+    expect(head.headers).toMatchObject({ etag, 'last-modified': got.headers['last-modified'] });
+
+    for (const conditional of [`if-none-match: ${etag}`, `if-modified-since: ${got.headers['last-modified']}`]) {
+      const res = await curl(url, [...auth(), '-H', conditional]);
+      expect(res.status, conditional).toBe(304);
+      expect(res.body.length).toBe(0);
+      expect(res.headers.etag).toBe(etag);
+      expect(res.headers['last-modified']).toBeUndefined();
+    }
+    // The bytes' tag names the bytes, not this JSON.
+    expect((await curl(url, [...auth(), '-H', `if-none-match: "${sha256(body)}"`])).status).toBe(200);
+    for (const conditional of ['if-match: "other"', `if-match: "${sha256(body)}"`]) {
+      const res = await curl(url, [...auth(), '-H', conditional]);
+      expect(res.status, conditional).toBe(412);
+      expect(JSON.parse(res.body.toString()).code).toBe('precondition_failed');
+    }
+    expect((await curl(url, [...auth(), '-H', `if-match: ${etag}`])).status).toBe(200);
+
+    // Deleted and published again with the same bytes: other metadata, another tag; the old one's
+    // If-None-Match gets the new JSON, and a DELETE on the old tag is refused.
+    const removed = await curl(url, [...auth(), '-X', 'DELETE', '-H', `if-match: ${etag}`]);
+    expect(removed.status).toBe(204);
+    expect((await put('meta.bin', body, 'text/plain')).status).toBe(201);
+    const again = await curl(url, [...auth(), '-H', `if-none-match: ${etag}`]);
+    expect(again.status).toBe(200);
+    expect(JSON.parse(again.body.toString())).toMatchObject({ sha256: sha256(body), contentType: 'text/plain' });
+    expect(again.headers.etag).not.toBe(etag);
+    expect((await curl(url, [...auth(), '-X', 'DELETE', '-H', `if-match: ${etag}`])).status).toBe(412);
+    // The bytes' tag still names the version for a write, as it did.
+    expect((await curl(url, [...auth(), '-X', 'DELETE', '-H', `if-match: "${sha256(body)}"`])).status).toBe(204);
   });
 });

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { planContentResponse, type ContentEntry } from './response.ts';
+import {
+  metadataEtagOf,
+  planContentResponse,
+  planMetadataResponse,
+  writeValidatorsOf,
+  type ContentEntry,
+} from './response.ts';
 
 const entry: ContentEntry = {
   sha256: 'a'.repeat(64),
@@ -203,5 +209,75 @@ describe('planContentResponse', () => {
     const now = planContentResponse(ahead, {}, 'B', stored + 5000);
     expect(now.headers['last-modified']).toBe(new Date(stored).toUTCString());
     expect(planContentResponse(ahead, {}, 'B', stored).headers).toBe(now.headers);
+  });
+});
+
+describe('planMetadataResponse', () => {
+  const metaTag = `"${'a'.repeat(64)}.m1.${entry.createdAtMs}"`;
+  const lastModified = 'Sun, 29 Nov 2026 10:00:00 GMT';
+  const later = entry.createdAtMs + 60_000;
+
+  it("the metadata's tag names the version, not only its bytes: the same bytes published again get another", () => {
+    expect(metadataEtagOf(entry)).toBe(metaTag);
+    expect(metadataEtagOf({ ...entry, createdAtMs: entry.createdAtMs + 1000 })).not.toBe(metaTag);
+    expect(writeValidatorsOf(entry)).toEqual({ etag, alsoEtag: metaTag, lastModifiedMs: entry.createdAtMs });
+  });
+
+  it('200 with the ETag and Last-Modified, never later than the answer', () => {
+    expect(planMetadataResponse(entry, {}, later)).toEqual({
+      status: 200,
+      headers: { etag: metaTag, 'last-modified': lastModified },
+    });
+    expect(planMetadataResponse(entry, {}, entry.createdAtMs - 400).headers['last-modified']).toBe(
+      new Date(entry.createdAtMs - 400).toUTCString(),
+    );
+  });
+
+  it("304 with only the ETag when the client's copy is current (If-None-Match, else If-Modified-Since)", () => {
+    for (const request of [
+      { ifNoneMatch: metaTag },
+      { ifNoneMatch: `W/${metaTag}` },
+      { ifNoneMatch: '*' },
+      { ifModifiedSince: lastModified },
+    ])
+      expect(planMetadataResponse(entry, request, later), JSON.stringify(request)).toEqual({
+        status: 304,
+        headers: { etag: metaTag },
+      });
+    for (const request of [
+      // The bytes' tag does not name this JSON: the same bytes published again have other metadata.
+      { ifNoneMatch: etag },
+      { ifNoneMatch: '"other"' },
+      { ifModifiedSince: 'Sun, 29 Nov 2026 09:59:59 GMT' },
+      { ifNoneMatch: '"other"', ifModifiedSince: lastModified },
+    ])
+      expect(planMetadataResponse(entry, request, later).status, JSON.stringify(request)).toBe(200);
+  });
+
+  it('412 with the validators when If-Match or, without it, If-Unmodified-Since fails, before If-None-Match', () => {
+    for (const request of [
+      { ifMatch: '"other"', ifNoneMatch: metaTag },
+      { ifMatch: `W/${metaTag}` },
+      { ifMatch: etag },
+      { ifUnmodifiedSince: 'Sun, 29 Nov 2026 09:59:59 GMT' },
+    ])
+      expect(planMetadataResponse(entry, request, later), JSON.stringify(request)).toEqual({
+        status: 412,
+        headers: { etag: metaTag, 'last-modified': lastModified },
+      });
+    for (const request of [
+      { ifMatch: metaTag },
+      { ifMatch: '*' },
+      { ifMatch: metaTag, ifUnmodifiedSince: 'Sun, 29 Nov 2026 09:59:59 GMT' },
+      { ifUnmodifiedSince: lastModified },
+    ])
+      expect(planMetadataResponse(entry, request, later).status, JSON.stringify(request)).toBe(200);
+  });
+
+  it('reads an RFC 850 date against the answer time', () => {
+    // `-26` is 2026 read in 2026, 1926 read in 1975 (the 100 years up to 50 ahead).
+    const rfc850 = { ifModifiedSince: 'Sunday, 29-Nov-26 10:00:00 GMT' };
+    expect(planMetadataResponse(entry, rfc850, later).status).toBe(304);
+    expect(planMetadataResponse(entry, rfc850, Date.UTC(1975, 0, 1)).status).toBe(200);
   });
 });

@@ -57,6 +57,58 @@ export function validatorsOf(entry: ContentEntry): Validators {
   return { etag: etagOf(entry.sha256), lastModifiedMs: entry.createdAtMs };
 }
 
+/**
+ * The metadata answer's strong ETag: the sha256, the JSON's format (`m1`) and the publish time in
+ * ms. Not the bytes' tag: the JSON changes when a name is deleted and published again with the same
+ * bytes (its `createdAt`, `publishedBy`, `contentType`), and a strong tag must change with it (RFC
+ * 9110 §8.8.1), or a client's `If-None-Match` would be answered 304 on the old version's JSON. Every
+ * version of a name has a later publish time than the ones before it (migrations/0075).
+ */
+export function metadataEtagOf(entry: ContentEntry): string {
+  return `"${entry.sha256}.m1.${entry.createdAtMs}"`;
+}
+
+/**
+ * A write's validators of the name's current version (`PUT`, `DELETE` on its base path): the bytes'
+ * tag, which uploads answer with and content answers carry, and the tag of the path's own `GET`,
+ * the metadata answer (metadataEtagOf); an `If-Match` with either names that version.
+ */
+export function writeValidatorsOf(entry: ContentEntry): Validators {
+  return { ...validatorsOf(entry), alsoEtag: metadataEtagOf(entry) };
+}
+
+export interface MetadataRequestHeaders {
+  readonly ifMatch?: string | undefined;
+  readonly ifUnmodifiedSince?: string | undefined;
+  readonly ifNoneMatch?: string | undefined;
+  readonly ifModifiedSince?: string | undefined;
+}
+
+/**
+ * The metadata route's answer to a `GET` or `HEAD` (RFC 9110 §13.2.2, as for content): 412 when
+ * `If-Match` (strong, against metadataEtagOf) or, without it, `If-Unmodified-Since` fails; 304 when
+ * `If-None-Match` or, without it, `If-Modified-Since` says the client's copy is current; else 200.
+ * The 200 and 412 carry `ETag` and `Last-Modified` (the publish time, never later than `nowMs`, the
+ * answer's time); a 304 only `ETag` (§15.4.5; the caller adds its Cache-Control).
+ */
+export function planMetadataResponse(
+  entry: ContentEntry,
+  request: MetadataRequestHeaders,
+  nowMs: number,
+): { readonly status: 200 | 304 | 412; readonly headers: Readonly<Record<string, string>> } {
+  const validators: Validators = { etag: metadataEtagOf(entry), lastModifiedMs: entry.createdAtMs };
+  const headers = {
+    etag: validators.etag,
+    'last-modified': new Date(Math.min(entry.createdAtMs, nowMs)).toUTCString(),
+  };
+  const write = { ifMatch: request.ifMatch, ifUnmodifiedSince: request.ifUnmodifiedSince };
+  if (evaluateWritePreconditions(write, validators, nowMs) === 'precondition_failed') return { status: 412, headers };
+  const read = { ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince };
+  if (evaluateReadPreconditions(read, validators, nowMs) === 'not_modified')
+    return { status: 304, headers: { etag: validators.etag } };
+  return { status: 200, headers };
+}
+
 interface EntryHeaders {
   readonly validators: Validators;
   readonly lastModified: string;

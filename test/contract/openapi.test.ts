@@ -231,8 +231,10 @@ describe('real responses against the document', () => {
       await call('PUT', t, base, { headers: { ...user, 'content-type': 'application/octet-stream' }, body: bytes });
       await call('PUT', t, base, { headers: user, body: bytes });
       await call('PUT', t, base, { headers: user, body: randomContent(10) });
-      await call('GET', t, base, { headers: user });
+      const meta = await call('GET', t, base, { headers: user });
       await call('HEAD', t, base, { headers: user });
+      await call('GET', t, base, { headers: { ...user, 'if-none-match': String(meta.headers.etag) } });
+      await call('HEAD', t, base, { headers: { ...user, 'if-match': '"other"' } });
       const full = await call('GET', `${t}/content`, `${base}/content`, { headers: user });
       await call('HEAD', `${t}/content`, `${base}/content`, { headers: user });
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=0-9' } });
