@@ -51,9 +51,31 @@ export interface ContentDeps {
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
 
+/**
+ * Fields a request may repeat as one list (RFC 9110 §5.3), of which Node keeps only the first in
+ * `req.headers`: If-Modified-Since and If-Unmodified-Since over HTTP/1.1, and all of these over
+ * HTTP/2. Read whole from the raw headers instead: two dates are no HTTP-date, so ignored as §13.1.3
+ * and §13.1.4 require (not the first one evaluated), and a second `If-None-Match` on a `DELETE`
+ * still refuses it when it names the current version.
+ */
+const LIST_FIELDS: ReadonlySet<string> = new Set([
+  'if-match',
+  'if-none-match',
+  'if-modified-since',
+  'if-unmodified-since',
+  'if-range',
+  'range',
+]);
+
 export function header(ctx: RequestContext, name: string): string | undefined {
-  const value = ctx.req.headers[name];
-  return Array.isArray(value) ? value.join(', ') : value;
+  const field = ctx.req.headers[name];
+  const value = Array.isArray(field) ? field.join(', ') : field;
+  // Most requests carry none of these: only a field that is there costs a pass over the raw ones.
+  if (value === undefined || !LIST_FIELDS.has(name)) return value;
+  const raw = ctx.req.rawHeaders;
+  const values: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === name) values.push(raw[i + 1]!);
+  return values.length > 1 ? values.join(', ') : value;
 }
 
 /**

@@ -1,16 +1,23 @@
 /**
- * HTTP semantics of the content and metadata routes as curl sees them (RFC 9110): a Range that is
- * not a ranges-specifier, the fields of a 304, and the metadata route's validators and
- * conditional requests. The directory store: these are the gateway's own answers, the same on
- * every store (content.int.test.ts runs the byte semantics on all of them).
+ * HTTP semantics of the content and metadata routes as curl sees them (RFC 9110), over HTTP/1.1 and
+ * HTTP/2 (TLS, as the gateway serves HTTP/2): a Range that is not a ranges-specifier, the fields of
+ * a 304, the metadata route's validators and conditional requests, and fields a request repeats.
+ * The directory store: these are the gateway's own answers, the same on every store
+ * (content.int.test.ts runs the byte semantics on all of them).
  */
 import { execFile } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  issueServerCertificate,
+} from '../../test/harness/index.ts';
 
 const run = promisify(execFile);
 
@@ -21,47 +28,77 @@ interface CurlAnswer {
   readonly body: Buffer;
 }
 
-/** One request by curl (HTTP/1.1, nothing decoded): its final head (`-i`) and its body as received. */
-async function curl(url: string, args: readonly string[]): Promise<CurlAnswer> {
-  const { stdout } = await run('curl', ['-sS', '--http1.1', '-i', ...args, url], {
-    encoding: 'buffer',
-    timeout: 10_000,
-  });
-  let rest = stdout;
-  for (;;) {
-    const end = rest.indexOf('\r\n\r\n');
-    const [statusLine, ...lines] = rest.subarray(0, end).toString('latin1').split('\r\n');
-    rest = rest.subarray(end + 4);
-    const status = Number(statusLine!.split(' ')[1]);
-    // A 1xx head (100 Continue) comes before the answer's own.
-    if (status < 200) continue;
-    const headers: Record<string, string> = {};
-    for (const line of lines) {
-      const colon = line.indexOf(':');
-      headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
-    }
-    return { status, headers, body: rest };
-  }
-}
-
 describe('HTTP semantics of the content and metadata routes, through curl', () => {
   const db = useTestDatabase();
   let gw: GatewayProcess;
+  let ca: CertificateAuthority;
   let key: string;
   const data = randomContent(5000);
-  const base = () => `${gw.url}/api/v1/repositories/sem/artifacts`;
+  const origin = () => `https://127.0.0.1:${gw.port}`;
+  const base = () => `${origin()}/api/v1/repositories/sem/artifacts`;
   const auth = () => ['-H', `authorization: Bearer ${key}`];
   const put = (id: string, body: Buffer, contentType = 'text/html') =>
     request(`${base()}/${id}`, {
       method: 'PUT',
       headers: { ...bearer(key), 'content-type': contentType, 'content-digest': contentDigest(body) },
       body,
+      ca: ca.certPem,
     });
 
+  /**
+   * One request by curl (HTTP/1.1 unless `--http2` is among `args`; nothing decoded): its final
+   * head (`-i`) and its body as received.
+   */
+  async function curl(url: string, args: readonly string[]): Promise<CurlAnswer> {
+    const version = args.includes('--http2') ? [] : ['--http1.1'];
+    const { stdout } = await run('curl', ['-sS', ...version, '--cacert', ca.certFile, '-i', ...args, url], {
+      encoding: 'buffer',
+      timeout: 10_000,
+    });
+    let rest = stdout;
+    for (;;) {
+      const end = rest.indexOf('\r\n\r\n');
+      const [statusLine, ...lines] = rest.subarray(0, end).toString('latin1').split('\r\n');
+      rest = rest.subarray(end + 4);
+      const status = Number(statusLine!.split(' ')[1]);
+      // A 1xx head (100 Continue) comes before the answer's own.
+      if (status < 200) continue;
+      const headers: Record<string, string> = {};
+      for (const line of lines) {
+        const colon = line.indexOf(':');
+        headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+      }
+      return { status, headers, body: rest };
+    }
+  }
+
   beforeAll(async () => {
+    const dir = await makeTempDir('arkvory-semantics-');
+    ca = await createCertificateAuthority(dir);
+    const server = await issueServerCertificate(ca, dir);
     await createRepository(db.pool, 'sem');
     ({ key } = await createServiceAccount(db.pool, { grants: { sem: 'write' } }));
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'info' }, timeoutMs: 60_000 });
+    gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_LOG_LEVEL: 'info',
+        ARKVORY_TLS_CERT_FILE: server.certFile,
+        ARKVORY_TLS_KEY_FILE: server.keyFile,
+      },
+      waitFor: 'none',
+    });
+    // Serving once its health answers 200 over TLS.
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      if (gw.child.exitCode !== null) throw new Error(`gateway exited:\n${gw.logs()}`);
+      const status = await curl(`${origin()}/health/status`, []).then(
+        (r) => r.status,
+        () => 0,
+      );
+      if (status === 200) break;
+      if (Date.now() > deadline) throw new Error(`not serving:\n${gw.logs().slice(-3000)}`);
+      await sleep(100);
+    }
     expect((await put('page.html', data)).status).toBe(201);
   });
 
@@ -151,5 +188,49 @@ describe('HTTP semantics of the content and metadata routes, through curl', () =
     expect((await curl(url, [...auth(), '-X', 'DELETE', '-H', `if-match: ${etag}`])).status).toBe(412);
     // The bytes' tag still names the version for a write, as it did.
     expect((await curl(url, [...auth(), '-X', 'DELETE', '-H', `if-match: "${sha256(body)}"`])).status).toBe(204);
+  });
+
+  it('a date field sent twice is a list, no HTTP-date: ignored (RFC 9110 §13.1.3, §13.1.4), not its first one evaluated', async () => {
+    const url = `${base()}/page.html/content`;
+    const full = await curl(url, [...auth(), '-I']);
+    const lastModified = full.headers['last-modified']!;
+    const earlier = new Date(Date.parse(lastModified) - 1000).toUTCString();
+    for (const version of [[], ['--http2']]) {
+      // Each alone: 304, 412.
+      expect((await curl(url, [...auth(), ...version, '-H', `if-modified-since: ${lastModified}`])).status).toBe(304);
+      expect((await curl(url, [...auth(), ...version, '-H', `if-unmodified-since: ${earlier}`])).status).toBe(412);
+      const twice = (name: string, first: string) => [
+        ...auth(),
+        ...version,
+        '-H',
+        `${name}: ${first}`,
+        '-H',
+        `${name}: ${earlier}`,
+      ];
+      for (const [name, first] of [
+        ['if-modified-since', lastModified],
+        ['if-unmodified-since', earlier],
+      ] as const) {
+        const res = await curl(url, twice(name, first));
+        expect(res.status, `${version.join('')} ${name} twice`).toBe(200);
+        expect(res.body.equals(data)).toBe(true);
+      }
+    }
+  });
+
+  it('over HTTP/2 a second If-None-Match or If-Match still counts: a DELETE is refused when one names the current version', async () => {
+    const body = randomContent(100);
+    expect((await put('twice.bin', body)).status).toBe(201);
+    const url = `${base()}/twice.bin`;
+    const etag = `"${sha256(body)}"`;
+    const h2 = [...auth(), '--http2', '-X', 'DELETE'];
+    const refused = await curl(url, [...h2, '-H', 'if-none-match: "other"', '-H', `if-none-match: ${etag}`]);
+    expect(refused.status).toBe(412);
+    // If-Match: the first names another version, the second this one: a list that holds.
+    const content = `${url}/content`;
+    const read = await curl(content, [...auth(), '--http2', '-H', 'if-match: "other"', '-H', `if-match: ${etag}`]);
+    expect(read.status).toBe(200);
+    expect(read.body.equals(body)).toBe(true);
+    expect((await curl(url, [...h2, '-H', 'if-none-match: "other"'])).status).toBe(204);
   });
 });
