@@ -42,6 +42,15 @@ describe('parseEntityTags', () => {
     [' , ', undefined],
     [' * ', '*'],
     ['"a",', [{ weak: false, opaque: '"a"' }]],
+    // etagc (RFC 9110 §8.8.3): %x21, %x23-7E and obs-text; no space, no control, no DEL.
+    ['""', [{ weak: false, opaque: '""' }]],
+    ['"!#~\x80\xff"', [{ weak: false, opaque: '"!#~\x80\xff"' }]],
+    ['"a b"', undefined],
+    ['"a\tb"', undefined],
+    ['"a\x01"', undefined],
+    ['"a\x7f"', undefined],
+    ['"x", "a b"', undefined],
+    ['W/"a b"', undefined],
     [
       '"a"\t,\tW/"b"',
       [
@@ -173,6 +182,13 @@ describe('isIfRangeSatisfied', () => {
     ['an unterminated tag holding the date', `"${http(lastModifiedMs)}`, false],
     ['a weak tag holding the date', `W/"${http(lastModifiedMs)}"`, false],
     ['exact second but with milliseconds', new Date(lastModifiedMs + 500).toISOString(), false],
+    // One entity-tag, not a list (If-Range = entity-tag / HTTP-date).
+    ['the tag and a comma', `${etag},`, false],
+    ['a comma and the tag', `, ${etag}`, false],
+    ['the tag with tabs around', `\t${etag}\t`, true],
+    ['the tag after a no-break space (not OWS)', `\u00a0${etag}`, false],
+    ['the tag before a no-break space (not OWS)', `${etag}\u00a0`, false],
+    ['star', '*', false],
   ] as const)('%s', (_name, header, expected) => {
     expect(isIfRangeSatisfied(header, v)).toBe(expected);
   });

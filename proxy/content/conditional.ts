@@ -25,6 +25,11 @@ interface EntityTag {
   opaque: string;
 }
 
+/** `opaque-tag = DQUOTE *etagc DQUOTE`, `etagc = %x21 / %x23-7E / obs-text` (RFC 9110 §8.8.3): no space, no control. */
+const OPAQUE_TAG = /^"[\x21\x23-\x7e\x80-\xff]*"$/;
+/** OWS (RFC 9110 §5.6.3): spaces and horizontal tabs. */
+const OWS_AROUND = /^[ \t]+|[ \t]+$/g;
+
 /**
  * Parses `#entity-tag` (or `*`). Returns undefined when the list is malformed, so the caller can
  * ignore the header. Commas may appear inside quotes, so this scans instead of splitting.
@@ -46,7 +51,9 @@ export function parseEntityTags(value: string): EntityTag[] | '*' | undefined {
     if (text[i] !== '"') return undefined;
     const close = text.indexOf('"', i + 1);
     if (close === -1) return undefined;
-    tags.push({ weak, opaque: text.slice(i, close + 1) });
+    const opaque = text.slice(i, close + 1);
+    if (!OPAQUE_TAG.test(opaque)) return undefined;
+    tags.push({ weak, opaque });
     i = close + 1;
     while (text[i] === ' ' || text[i] === '\t') i++;
     if (i < text.length && text[i] !== ',') return undefined;
@@ -183,7 +190,7 @@ export function evaluateWritePreconditions(
  */
 export function isIfRangeSatisfied(ifRange: string | undefined, validators: Validators): boolean {
   if (ifRange === undefined) return true;
-  const tags = parseEntityTags(ifRange);
-  if (tags === undefined || tags === '*' || tags.length !== 1) return false;
-  return !tags[0]!.weak && tags[0]!.opaque === validators.etag;
+  // `If-Range = entity-tag / HTTP-date`: one tag, not a list (`"a",` or `, "a"` is neither), and a
+  // strong match is the same strong tag, character for character.
+  return ifRange.replace(OWS_AROUND, '') === validators.etag;
 }

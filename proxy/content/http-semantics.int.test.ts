@@ -233,4 +233,21 @@ describe('HTTP semantics of the content and metadata routes, through curl', () =
     expect(read.body.equals(body)).toBe(true);
     expect((await curl(url, [...h2, '-H', 'if-none-match: "other"'])).status).toBe(204);
   });
+
+  it('If-Range is one entity-tag, not a list; a tag with a space in it is malformed: a write is refused', async () => {
+    const url = `${base()}/page.html/content`;
+    const etag = `"${sha256(data)}"`;
+    expect((await curl(url, [...auth(), '-H', 'range: bytes=0-9', '-H', `if-range: ${etag}`])).status).toBe(206);
+    for (const ifRange of [`${etag},`, `, ${etag}`]) {
+      const res = await curl(url, [...auth(), '-H', 'range: bytes=0-9', '-H', `if-range: ${ifRange}`]);
+      expect(res.status, ifRange).toBe(200);
+      expect(res.body.equals(data)).toBe(true);
+    }
+    // etagc has no space (RFC 9110 §8.8.3): a malformed If-None-Match refuses a write, as documented.
+    const body = randomContent(50);
+    expect((await put('spaced.bin', body)).status).toBe(201);
+    const refused = await curl(`${base()}/spaced.bin`, [...auth(), '-X', 'DELETE', '-H', 'if-none-match: "a b"']);
+    expect(refused.status).toBe(412);
+    expect((await curl(`${base()}/spaced.bin`, [...auth(), '-I'])).status).toBe(200);
+  });
 });
