@@ -185,7 +185,7 @@ describe('isIfRangeSatisfied', () => {
     // One entity-tag, not a list (If-Range = entity-tag / HTTP-date).
     ['the tag and a comma', `${etag},`, false],
     ['a comma and the tag', `, ${etag}`, false],
-    ['the tag with tabs around', `\t${etag}\t`, true],
+    ['the tag with OWS around', `\t ${etag} \t`, true],
     ['the tag after a no-break space (not OWS)', `\u00a0${etag}`, false],
     ['the tag before a no-break space (not OWS)', `${etag}\u00a0`, false],
     ['star', '*', false],

@@ -25,8 +25,8 @@ interface EntityTag {
   opaque: string;
 }
 
-/** `opaque-tag = DQUOTE *etagc DQUOTE`, `etagc = %x21 / %x23-7E / obs-text` (RFC 9110 §8.8.3): no space, no control. */
-const OPAQUE_TAG = /^"[\x21\x23-\x7e\x80-\xff]*"$/;
+/** Between an opaque-tag's quotes: `*etagc`, `etagc = %x21 / %x23-7E / obs-text` (RFC 9110 §8.8.3): no space, no control. */
+const ETAGC = /^[\x21\x23-\x7e\x80-\xff]*$/;
 /** OWS (RFC 9110 §5.6.3): spaces and horizontal tabs. */
 const OWS_AROUND = /^[ \t]+|[ \t]+$/g;
 
@@ -51,9 +51,8 @@ export function parseEntityTags(value: string): EntityTag[] | '*' | undefined {
     if (text[i] !== '"') return undefined;
     const close = text.indexOf('"', i + 1);
     if (close === -1) return undefined;
-    const opaque = text.slice(i, close + 1);
-    if (!OPAQUE_TAG.test(opaque)) return undefined;
-    tags.push({ weak, opaque });
+    if (!ETAGC.test(text.slice(i + 1, close))) return undefined;
+    tags.push({ weak, opaque: text.slice(i, close + 1) });
     i = close + 1;
     while (text[i] === ' ' || text[i] === '\t') i++;
     if (i < text.length && text[i] !== ',') return undefined;
