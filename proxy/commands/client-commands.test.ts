@@ -18,6 +18,20 @@ describe('outputNameOf: the file `arkvory get` writes without -o', () => {
     '%s names no file: a usage error',
     (url) => expect(() => outputNameOf(url)).toThrow(/names no file to write/),
   );
+
+  it.each([
+    `${base}/a%00b.bin/content`,
+    `${base}/%1B%5B2J%1B%5D0%3Bowned%07.bin/content`,
+    `${base}/two%0Alines.bin/content`,
+    `${base}/c1%C2%9B31m.bin/content`,
+    `${base}/${'a'.repeat(256)}/content`,
+    `${base}/${'%C3%A9'.repeat(128)}/content`,
+  ])('%s: a control character or more than 255 bytes is a usage error, not a file name', (url) =>
+    expect(() => outputNameOf(url)).toThrow(/control character or is longer than 255 bytes; give -o FILE/),
+  );
+
+  it('takes a name of exactly 255 bytes', () =>
+    expect(outputNameOf(`${base}/${'%C3%A9'.repeat(127)}a/content`)).toBe(`${'é'.repeat(127)}a`));
 });
 
 describe('oneLine: the link `arkvory get --link-file` reads', () => {

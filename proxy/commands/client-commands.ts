@@ -126,7 +126,8 @@ async function progressPrinter(): Promise<{ onProgress(p: Progress): void; inter
 export const getCommand: Command = defineCommand({
   name: 'get',
   summary: 'download an artifact, resuming after cuts and moving to other gateways; verifies the digest',
-  description: `Downloads to FILE (default: the last path segment) through <FILE>.partial, resuming with Range and
+  description: `Downloads to FILE (default: the URL's last path segment, never a path, a control character or more
+than 255 bytes) through <FILE>.partial, resuming with Range and
 If-Range after any cut (also after a restart of this command), moving to the next --mirror (another
 gateway's origin, or a full URL) when a gateway answers 502/503/504 or the connection drops, waiting
 Retry-After on 429, and verifying the whole file against the digest the gateway publishes (then
@@ -366,5 +367,13 @@ export function outputNameOf(url: string): string {
   const base = path.basename(name.replaceAll('\\', '/'));
   if (base === '' || base === '.' || base === '..')
     throw new UsageError(`the URL names no file to write (${JSON.stringify(segment)}); give -o FILE`);
+  // A NUL no file name holds; a control character (an escape sequence, a line break) would be
+  // replayed to the terminal of whoever lists the directory; and a name longer than a file
+  // system's 255 bytes fails only after the lock. Not quoted back: it may be anything.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it finds
+  if (/[\x00-\x1f\x7f-\x9f]/.test(base) || Buffer.byteLength(base) > 255)
+    throw new UsageError(
+      'the file name the URL ends with holds a control character or is longer than 255 bytes; give -o FILE',
+    );
   return base;
 }
