@@ -8,15 +8,16 @@
  * that picks another gateway); a 429 waits `Retry-After` on the same one. When the last byte is in,
  * the whole file is hashed against the digest the gateway published and only then renamed to
  * `output`: a corrupt file never appears under the final name. A file already under `output` keeps
- * its permission bits and owner (replaced-file.ts); the partial file is created with its bits too.
+ * its permission bits and owner (replaced-file.ts); the partial file is created with its bits too,
+ * and the state file private. A directory at any of the names, or a full disk, is a coded error.
  * The file is flushed to disk before its rename, and one run at a time writes an output (download-lock.ts).
  */
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { constants } from 'node:fs';
-import { access, lstat, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { access, type FileHandle, lstat, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Transform } from 'node:stream';
+import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
@@ -96,6 +97,12 @@ const FILE_SYSCALLS = new Set([
   'mkdir',
   'close',
   'ftruncate',
+  'writev',
+  'read',
+  'lstat',
+  'fsync',
+  'chmod',
+  'chown',
 ]);
 
 const defaultSleep = (ms: number, signal?: AbortSignal) => sleepFor(ms, undefined, signal ? { signal } : undefined);
@@ -142,13 +149,62 @@ async function readState(file: string): Promise<PartialState | undefined> {
   }
 }
 
+/**
+ * Drops a body that is not read. undici ends a body destroyed before its end with an 'error'
+ * (RequestAbortedError) that nobody else listens for: unheard, it is an uncaught exception that
+ * kills the process (for a body already received whole, a tick after the destroy).
+ */
+function discard(body: Readable): void {
+  body.on('error', () => {}).destroy();
+}
+
+/** The names a download writes: the output, its partial file, its state file and its lock. */
+function namesOf(output: string): string[] {
+  const partial = `${output}.partial`;
+  return [output, partial, `${partial}.json`, `${partial}.lock`];
+}
+
+function outputIsDirectory(name: string, cause?: unknown): ArkvoryClientError {
+  return new ArkvoryClientError(
+    'output_is_directory',
+    `${name} is a directory, where the download writes a file: remove it, or write to another file.`,
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+/**
+ * A local file failure the user can act on, as a coded error: a directory where a file is written
+ * (one made after the check in `download`), or a full disk (the bytes written so far stay in the
+ * partial file, with the state naming them, so the next run resumes). Any other error as it is.
+ */
+function localFileError(err: unknown, output: string): unknown {
+  const { code, syscall } = err as NodeJS.ErrnoException;
+  if (!FILE_SYSCALLS.has(String(syscall))) return err;
+  if (code === 'EISDIR') return outputIsDirectory((err as NodeJS.ErrnoException).path ?? output, err);
+  if (code === 'ENOSPC' || code === 'EDQUOT')
+    return new ArkvoryClientError(
+      'no_space',
+      `No space left to write ${output}.partial (${code === 'EDQUOT' ? 'disk quota exceeded' : 'the disk is full'}); the bytes written so far are kept: free some space and run the download again to resume it.`,
+      { cause: err },
+    );
+  return err;
+}
+
 export async function download(options: DownloadOptions): Promise<DownloadResult> {
   await access(path.dirname(path.resolve(options.output)), constants.W_OK);
-  const release = await lockOutput(options.output);
+  // Refused before the lock is taken and any byte is asked for: a directory at the final name
+  // failed only at the rename, once the whole file was fetched.
+  for (const name of namesOf(options.output))
+    if ((await lstat(name).catch(() => undefined))?.isDirectory()) throw outputIsDirectory(name);
   try {
-    return await downloadLocked(options);
-  } finally {
-    await release();
+    const release = await lockOutput(options.output);
+    try {
+      return await downloadLocked(options);
+    } finally {
+      await release();
+    }
+  } catch (err) {
+    throw localFileError(err, options.output);
   }
 }
 
@@ -255,19 +311,25 @@ async function downloadLocked(options: DownloadOptions): Promise<DownloadResult>
           // representation: a crash between the two leaves the old ETag over no bytes (the next run
           // starts from 0), never the new ETag over the old bytes, which a resume would extend with
           // the new ones.
-          const file = await files.open(partial, decision.offset === 0 ? CREATE : O_WRONLY | O_NOFOLLOW, partialMode);
+          let file: FileHandle | undefined;
           try {
+            file = await files.open(partial, decision.offset === 0 ? CREATE : O_WRONLY | O_NOFOLLOW, partialMode);
             if (decision.offset === 0) held = 0;
+            const named = state;
             state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
             confirmed = true;
-            await files.writeFile(stateFile, JSON.stringify(state), { flag: CREATE });
+            // Rewritten only when it changes: a rewrite empties the file first, and one that fails
+            // then (a full disk) would lose the state of the bytes held, which the next run drops.
+            // Private: it names the digest of a file that may be kept from other users.
+            if (JSON.stringify(named) !== JSON.stringify(state))
+              await files.writeFile(stateFile, JSON.stringify(state), { flag: CREATE, mode: 0o600 });
             if (!hash || hashed !== decision.offset) {
               hash = await hashPrefix(partial, decision.offset);
               hashed = decision.offset;
             }
           } catch (err) {
-            await file.close();
-            res.body.destroy();
+            discard(res.body);
+            await file?.close().catch(() => {});
             throw err;
           }
           const running = hash;
@@ -314,7 +376,7 @@ async function downloadLocked(options: DownloadOptions): Promise<DownloadResult>
           throw gatewayError(res.statusCode, await errorBody(res.body));
         case 'protocol':
           // Not read into an error message: a hostile or broken server's body may be of any size.
-          res.body.on('error', () => {}).destroy();
+          discard(res.body);
           throw new ArkvoryClientError('protocol', decision.reason, { status: res.statusCode });
       }
     } catch (err) {

@@ -133,7 +133,9 @@ gateway's origin, or a full URL) when a gateway answers 502/503/504 or the conne
 Retry-After on 429, and verifying the whole file against the digest the gateway publishes (then
 flushing it to disk) before it takes the final name; a file already there keeps its permission bits
 (and, run as root, its owner). One run at a time writes FILE (<FILE>.partial.lock; another fails with
-target_locked; a killed run's lock is taken over).
+target_locked; a killed run's lock is taken over). A directory at any of those names fails with
+output_is_directory before anything is fetched; a full disk with no_space, the bytes written kept for the
+next run, as after Ctrl-C (aborted).
 The key goes only to the origin of --url/ARKVORY_URL and of each --mirror: a URL on any other origin
 is fetched without credentials (a public object works, else 401), a pre-signed link never gets it,
 and redirects are not followed. Progress goes to stderr (a bar on a terminal, JSON lines otherwise);
