@@ -2,6 +2,7 @@
  * The resuming client against servers that do not keep the HTTP rules a resume relies on: a mirror
  * that ignores `If-Range` and answers a resume of a changed object with a `206` of its new bytes, or
  * with a `416` when the new object is exactly as long as the bytes held.
+ * And one whose chunked 206 runs past its Content-Range.
  * Plain Node servers stand in for them (no gateway would answer so). A `416` whose size is where
  * the resume starts is the end only while the object is the one the bytes belong to.
  */
@@ -93,6 +94,41 @@ describe('arkvory get against a mirror that ignores If-Range', () => {
     } finally {
       await mirror.close();
     }
+  });
+});
+
+describe('arkvory get against a mirror whose body runs past what its headers say', () => {
+  it('refuses a chunked 206 longer than its Content-Range as protocol, writing none of the excess', async () => {
+    const body = Buffer.alloc(64 * 1024, 3);
+    const half = body.length / 2;
+    const output = path.join(dir, 'overlong.bin');
+    await writeFile(`${output}.partial`, body.subarray(0, half));
+    await writeFile(
+      `${output}.partial.json`,
+      JSON.stringify({ etag: `"${sha(body)}"`, total: body.length, digestHex: sha(body) }),
+    );
+    // It says the 206 holds 10 bytes and sends, chunked (no Content-Length stops it), 16 KiB of others.
+    const mirror = await listen((_req, res) => {
+      res.writeHead(206, {
+        etag: `"${sha(body)}"`,
+        'repr-digest': reprDigest(body),
+        'content-range': `bytes ${half}-${half + 9}/${body.length}`,
+      });
+      res.end(Buffer.alloc(16 * 1024, 0xee));
+    });
+    try {
+      const error = await download({ url: `${mirror.url}/f/content`, output, sleep: async () => {} }).catch(
+        (e: unknown) => e,
+      );
+      expect(error).toMatchObject({ code: 'protocol', status: 206 });
+      expect((error as Error).message).toBe(
+        `The 206's body runs past byte ${half + 10}, where its Content-Range ends it.`,
+      );
+    } finally {
+      await mirror.close();
+    }
+    expect(existsSync(output)).toBe(false);
+    expect((await readFile(`${output}.partial`)).equals(body.subarray(0, half))).toBe(true);
   });
 });
 

@@ -333,8 +333,21 @@ async function downloadLocked(options: DownloadOptions): Promise<DownloadResult>
             throw err;
           }
           const running = hash;
+          const end = decision.end;
+          const status = res.statusCode;
           const counter = new Transform({
             transform(chunk: Buffer, _enc, done) {
+              // Nothing of a chunk past the end is written: the bytes there are not what the headers said.
+              if (end !== undefined && held + chunk.length > end) {
+                done(
+                  new ArkvoryClientError(
+                    'protocol',
+                    `The ${status}'s body runs past byte ${end}, where its ${status === 206 ? 'Content-Range' : 'Content-Length'} ends it.`,
+                    { status },
+                  ),
+                );
+                return;
+              }
               running.update(chunk);
               hashed += chunk.length;
               held += chunk.length;

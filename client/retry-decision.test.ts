@@ -9,6 +9,7 @@ describe('resuming client decisions', () => {
     expect(decide(206, { 'content-range': 'bytes 100-999/1000', etag: `"${SHA}"`, 'repr-digest': REPR }, 100)).toEqual({
       kind: 'body',
       offset: 100,
+      end: 1000,
       total: 1000,
       etag: `"${SHA}"`,
       digestHex: SHA,
@@ -19,6 +20,7 @@ describe('resuming client decisions', () => {
     expect(decide(200, { 'content-length': '1000', etag: `"${SHA}"` }, 100)).toEqual({
       kind: 'body',
       offset: 0,
+      end: 1000,
       total: 1000,
       etag: `"${SHA}"`,
       digestHex: SHA,
@@ -57,6 +59,9 @@ describe('resuming client decisions', () => {
     });
     expect(asked('bytes 100-199/1000', { 'content-length': '100' }).kind).toBe('body');
     expect(asked('bytes 100-999/1000').kind).toBe('body');
+    // Where its body must end, also without a Content-Length (chunked): the range's last byte + 1.
+    expect(asked('bytes 100-199/1000')).toMatchObject({ kind: 'body', offset: 100, end: 200 });
+    expect(decide(200, { etag: `"${SHA}"` }, 0)).toMatchObject({ kind: 'body', end: undefined, total: -1 });
   });
 
   it('takes a 416 at the offset as the end only when the bytes held may be the whole', () => {

@@ -11,6 +11,12 @@ export type Decision =
   | {
       readonly kind: 'body';
       readonly offset: number;
+      /**
+       * Where the body must end: the byte after the last its Content-Range (206) or Content-Length
+       * (200) gives; undefined when neither says. A body sent past it (chunked, so no length stops
+       * it) is not the range the headers describe.
+       */
+      readonly end: number | undefined;
       readonly total: number;
       readonly etag: string | undefined;
       readonly digestHex: string | undefined;
@@ -77,6 +83,7 @@ export function decide(status: number, headers: Headers, offset: number, held?: 
     return {
       kind: 'body',
       offset: 0,
+      end: Number.isSafeInteger(total) ? total : undefined,
       total: Number.isSafeInteger(total) ? total : -1,
       etag: strongEtag(headers),
       digestHex: publishedSha256(headers),
@@ -107,6 +114,7 @@ export function decide(status: number, headers: Headers, offset: number, held?: 
     return {
       kind: 'body',
       offset,
+      end: end! + 1,
       total: total!,
       etag,
       digestHex: publishedSha256(headers),
