@@ -6,7 +6,7 @@
  * SIGINT leaves a partial file that the next run resumes.
  */
 import { execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { constants, existsSync } from 'node:fs';
 import { mkdir, open, readFile, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -133,6 +133,25 @@ describe('arkvory get and its local files', () => {
       expect((await stat(`${output}${suffix}`)).isDirectory()).toBe(true);
     },
   );
+
+  it('a FIFO planted at <output>.partial.lock is target_locked at once, never a read that blocks for good', async () => {
+    const dir = await makeTempDir('arkvory-get-fifo-');
+    const output = path.join(dir, 'small.bin');
+    const lock = `${output}.partial.lock`;
+    await exec('mkfifo', [lock]);
+    const attempt = download({ url: `${gw.url}${CONTENT}/small.bin/content`, output, key }).catch((e: unknown) => e);
+    const got = await Promise.race([attempt, sleep(1500).then(() => 'still waiting on the FIFO after 1.5 s')]);
+    if (typeof got === 'string') {
+      // A writer that opens and closes the FIFO ends the read, so this test ends either way.
+      await (await open(lock, constants.O_WRONLY | constants.O_NONBLOCK)).close();
+      await attempt;
+    }
+    expect(got).toMatchObject({
+      code: 'target_locked',
+      message: `Another download to this file is running; if none is, remove ${lock}.`,
+    });
+    expect(existsSync(output)).toBe(false);
+  });
 
   /** `arkvory get lf/slow.bin -o output` under `umask`. */
   function getUnder(umask: string, output: string) {

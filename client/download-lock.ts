@@ -6,11 +6,30 @@
  * A lock left by a process of this host that is gone (killed) is taken over; any other is refused.
  */
 import { constants, existsSync } from 'node:fs';
-import { open, readFile, rm } from 'node:fs/promises';
+import { open, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { ArkvoryClientError } from './errors.ts';
 
-const { O_CREAT, O_EXCL, O_NOFOLLOW, O_RDONLY, O_WRONLY } = constants;
+const { O_CREAT, O_EXCL, O_NONBLOCK, O_NOFOLLOW, O_RDONLY, O_WRONLY } = constants;
+
+/**
+ * The text of `file` when it is a regular file of at most `limit` bytes, else undefined. The lock
+ * and state files sit in the output's directory, which others may write (a shared one): a FIFO
+ * planted there blocked a plain read forever (opened without blocking here, and refused), and a huge
+ * file was read whole into memory. A symlink is not followed.
+ */
+export async function readSmallFile(file: string, limit = 4096): Promise<string | undefined> {
+  const handle = await open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  try {
+    const stats = await handle.stat();
+    if (!stats.isFile() || stats.size > limit) return undefined;
+    const buffer = Buffer.alloc(limit + 1);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+    return bytesRead > limit ? undefined : buffer.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await handle.close();
+  }
+}
 
 interface Holder {
   readonly pid: number;
@@ -29,7 +48,7 @@ function gone(pid: number): boolean {
 
 async function holderOf(lock: string): Promise<Holder | undefined> {
   try {
-    const held = JSON.parse(await readFile(lock, { encoding: 'utf8', flag: O_RDONLY | O_NOFOLLOW })) as Partial<Holder>;
+    const held = JSON.parse((await readSmallFile(lock)) ?? '') as Partial<Holder>;
     return Number.isSafeInteger(held.pid) && typeof held.host === 'string'
       ? { pid: held.pid!, host: held.host }
       : undefined;

@@ -15,7 +15,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { constants } from 'node:fs';
-import { access, type FileHandle, lstat, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { access, type FileHandle, lstat, open, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -25,7 +25,7 @@ import { KeyScope } from './credential-scope.ts';
 import { errorBody } from './error-body.ts';
 import { ArkvoryClientError, gatewayError, unsendable } from './errors.ts';
 import type { Progress } from './progress.ts';
-import { lockOutput } from './download-lock.ts';
+import { lockOutput, readSmallFile } from './download-lock.ts';
 import { replacedFileOf, takeOver } from './replaced-file.ts';
 import { backoffMs, decide, mirrorUrl, retryAfterMs } from './retry-decision.ts';
 
@@ -142,7 +142,7 @@ async function dropSymlink(file: string): Promise<void> {
 
 async function readState(file: string): Promise<PartialState | undefined> {
   try {
-    const state = JSON.parse(await readFile(file, { encoding: 'utf8', flag: O_RDONLY | O_NOFOLLOW })) as PartialState;
+    const state = JSON.parse((await readSmallFile(file)) ?? '') as PartialState;
     return typeof state.etag === 'string' && Number.isSafeInteger(state.total) ? state : undefined;
   } catch {
     return undefined;
