@@ -299,6 +299,33 @@ describe('arkvory get against one gateway', () => {
     expect(sha256(await readFile(output))).toBe(sha256(body));
   });
 
+  it('starts over, never appends, when a proxy drops the Range of a resume and the gateway answers 200', async () => {
+    const name = '/api/v1/repositories/dl/artifacts/unranged.bin';
+    const body = randomContent(64 * 1024);
+    await put(gw, key, name, body);
+    const half = body.length / 2;
+    // A real nginx in front of the gateway that passes no Range on: every answer is the whole, 200.
+    const proxy = await startHeaderLoggingProxy(gw.url, { locationDirectives: 'proxy_set_header Range "";' });
+    const output = path.join(dir, 'unranged.bin');
+    await writeFile(`${output}.partial`, body.subarray(0, half));
+    await writeFile(
+      `${output}.partial.json`,
+      JSON.stringify({ etag: `"${sha256(body)}"`, total: body.length, digestHex: sha256(body) }),
+    );
+    try {
+      const got = await download({ url: `${proxy.url}${name}/content`, output, key });
+      expect(got).toMatchObject({ bytes: body.length, sha256: sha256(body), resumes: 1, attempts: 1 });
+      // Logged as nginx finishes the answer, which may be just after the client has the last byte.
+      await expect
+        .poll(async () => (await proxy.requests()).filter((r) => r.request.includes('/content')).map((r) => r.status))
+        .toEqual([200]);
+    } finally {
+      await proxy.stop();
+    }
+    expect((await readFile(output)).equals(body)).toBe(true);
+    expect(existsSync(`${output}.partial.json`)).toBe(false);
+  });
+
   it('reads no more than 64 KiB of an error answer, however long (a proxy answers 404 with a 256 MiB body)', async () => {
     const name = '/api/v1/repositories/dl/artifacts/absent.bin';
     // A real nginx in front of the gateway that answers its 404 with a huge file (sparse: no disk).
