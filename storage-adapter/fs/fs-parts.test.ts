@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
-import { mkdir, mkdtemp, open, readFile, rm, symlink, truncate } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readdir, readFile, rm, symlink, truncate, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -71,6 +71,28 @@ describe('filesystem part store', () => {
       });
     }
     expect(await firstChunk('00001-a.part')).toBe(4);
+  });
+
+  it('refuses a part file name that is not one name in its session directory: nothing outside it is read, written, seen or removed', async () => {
+    const parts = createFsPartStore(root);
+    await parts.write(SESSION, '00001-a.part', bytes('kept'));
+    const victim = path.join(root, 'victim');
+    await writeFile(victim, 'not a part');
+    const outside = ['../../victim', '../x.part', '..', '.', '', path.join(root, 'victim'), 'a\0b'];
+    for (const name of outside) {
+      const reading = (async () => {
+        for await (const chunk of parts.read(SESSION, name)) return chunk.toString();
+        return '';
+      })();
+      await expect(reading, name).rejects.toMatchObject({ code: 'invalid_request' });
+      await expect(parts.has(SESSION, name), name).rejects.toMatchObject({ code: 'invalid_request' });
+      await expect(parts.remove(SESSION, name), name).rejects.toMatchObject({ code: 'invalid_request' });
+      await expect(parts.write(SESSION, name, bytes('x')), name).rejects.toMatchObject({ code: 'invalid_request' });
+    }
+    expect(await readFile(victim, 'utf8')).toBe('not a part');
+    expect((await readdir(path.join(root, 'uploads'))).sort()).toEqual([SESSION]);
+    expect(await readdir(root)).not.toContain('x.part');
+    expect(await readFile(path.join(root, 'uploads', SESSION, '00001-a.part'), 'utf8')).toBe('kept');
   });
 
   /** Reads the parts as an assembly does: the bytes it was given, and how it ended. */

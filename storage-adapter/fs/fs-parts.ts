@@ -12,13 +12,36 @@ import { writeOverlapped } from './overlapped-writer.ts';
 import type { PartStore } from '../store.ts';
 import { resolveInsideRoot, sessionDir, UPLOADS_DIR } from '../paths.ts';
 
+/**
+ * The file of part `fileName` in its session's directory. The name is one component, refused
+ * otherwise (`invalid_request`): it comes from a catalog row (the gateway makes it, but a restored
+ * or edited database could hold `../../blobs/...` or an absolute path), and joined as it stood, reading
+ * or removing such a part reached files outside the session, a blob's included.
+ */
+export function partFile(root: string, sessionId: string, fileName: string): string {
+  const dir = sessionDir(root, sessionId);
+  const file = path.join(dir, fileName);
+  if (
+    fileName === '' ||
+    fileName === '.' ||
+    fileName === '..' ||
+    /[/\\\0]/.test(fileName) ||
+    path.dirname(file) !== dir
+  )
+    throw new StorageError(
+      'invalid_request',
+      `part file name ${JSON.stringify(fileName.slice(0, 80))} is not a file name in its session's directory`,
+    );
+  return file;
+}
+
 /** `sync` fsyncs a directory (injectable for tests). */
 export function createFsPartStore(root: string, sync: (dir: string) => Promise<void> = fsyncDirectory): PartStore {
   const uploadsDir = resolveInsideRoot(root, UPLOADS_DIR);
   return {
     async write(sessionId, fileName, body) {
       const dir = sessionDir(root, sessionId);
-      const file = path.join(dir, fileName);
+      const file = partFile(root, sessionId, fileName);
       let handle: FileHandle | undefined;
       try {
         // Inside: a filesystem out of inodes refuses the session's directory as `storage_full` too.
@@ -38,9 +61,9 @@ export function createFsPartStore(root: string, sync: (dir: string) => Promise<v
       }
     },
     async *read(sessionId, fileName, signal, maxBytes) {
-      const file = path.join(sessionDir(root, sessionId), fileName);
       let handle: FileHandle;
       try {
+        const file = partFile(root, sessionId, fileName);
         // Only a regular file, opened without blocking and not through a symbolic link: a named pipe
         // in a part's place held a thread of libuv's pool (and the completion job) until a writer
         // came, and a link to /dev/zero was read without end. Either is a part changed on the store.
@@ -76,14 +99,14 @@ export function createFsPartStore(root: string, sync: (dir: string) => Promise<v
     },
     async has(sessionId, fileName) {
       try {
-        return (await stat(path.join(sessionDir(root, sessionId), fileName))).isFile();
+        return (await stat(partFile(root, sessionId, fileName))).isFile();
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
         throw err;
       }
     },
     async remove(sessionId, fileName) {
-      await rm(path.join(sessionDir(root, sessionId), fileName), { force: true });
+      await rm(partFile(root, sessionId, fileName), { force: true });
     },
     async removeSession(sessionId) {
       await rm(sessionDir(root, sessionId), { recursive: true, force: true });
