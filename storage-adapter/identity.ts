@@ -4,8 +4,8 @@
  * the same UUID. The writer creates both on first start; every later start (and every reader)
  * only checks that they agree and refuses with `storage_mismatch` otherwise.
  */
-import { randomUUID } from 'node:crypto';
-import { link, open, readFile, rename, unlink } from 'node:fs/promises';
+import { createHash, randomUUID } from 'node:crypto';
+import { link, open, readFile, rename, rm, unlink, writeFile } from 'node:fs/promises';
 import type pg from 'pg';
 import { StorageError } from './errors.ts';
 import { resolveInsideRoot, STORAGE_ID_FILE } from './paths.ts';
@@ -27,20 +27,75 @@ const RESTORING = 'restoring ';
 export interface RestoreOwner {
   readonly host: string;
   readonly pid: number;
+  /**
+   * Random per restore run: no two marks are the same text, even of two runs with one pid (every
+   * run of a container is pid 1), so taking over a mark (`takeOver`) is taking over that run's.
+   */
+  readonly run?: string | undefined;
 }
 
 /**
- * `restoring <id> <host> <pid>`: the owner tells a restore still running (on this host: its pid is
+ * `restoring <id> <host> <pid> <run>`: the owner tells a restore still running (on this host: its pid is
  * alive) from one stopped before its commit, whose leftovers the next restore empties.
  */
 export const restoreMarker = (id: string, owner: RestoreOwner): string =>
-  `${RESTORING}${id} ${owner.host} ${owner.pid}`;
+  `${RESTORING}${id} ${owner.host} ${owner.pid}${owner.run === undefined ? '' : ` ${owner.run}`}`;
 export const isRestoreMarker = (text: string | undefined): boolean => text?.trim().startsWith(RESTORING) === true;
 
 /** The owner a restore mark names; undefined for a mark written before marks named one. Pure. */
 export function restoreMarkOwner(text: string | undefined): RestoreOwner | undefined {
-  const match = /^restoring \S+ ([A-Za-z0-9._-]+) (\d+)$/.exec(text?.trim() ?? '');
-  return match ? { host: match[1]!, pid: Number(match[2]) } : undefined;
+  const match = /^restoring \S+ ([A-Za-z0-9._-]+) (\d+)(?: ([0-9a-f-]{1,64}))?$/.exec(text?.trim() ?? '');
+  return match ? { host: match[1]!, pid: Number(match[2]), run: match[3] } : undefined;
+}
+
+/**
+ * The token a replacement of the storage-id holding `from` (undefined: none) takes first: one name
+ * per text replaced, so of two restores replacing the same text, only one creates it.
+ */
+export const replacementToken = (from: string | undefined): string =>
+  `${STORAGE_ID_FILE}.replacing.${createHash('sha256')
+    .update(from === undefined ? '' : `=${from.trim()}`)
+    .digest('hex')
+    .slice(0, 32)}`;
+
+/** How a store creates a token object only if it does not exist (false: it does), and removes it. */
+export interface ExclusiveTokens {
+  create(name: string, text: string): Promise<boolean>;
+  remove(name: string): Promise<void>;
+}
+
+/**
+ * What an exclusive write of the storage-id did: `replaced`; `changed` (the object no longer held
+ * what the caller found: another restore's claim came first; nothing written); `token_held` (the
+ * object still holds it, but another replacement's token stands: one running now, or one killed
+ * between creating and removing it; nothing written).
+ */
+export type ReplaceOutcome = 'replaced' | 'changed' | 'token_held';
+
+/**
+ * Writes `text` into `object` only if it still holds `from` (undefined: does not exist), and only one
+ * of several callers replacing the same `from` at once does: each first creates the token of `from`
+ * exclusively, checks the object under it, writes and removes the token. A caller that comes once
+ * the token is removed finds the object changed. Never two go on: a token left by a caller killed
+ * between its creation and its removal makes every later replacement of the same text `token_held`.
+ */
+export async function replaceExclusively(
+  object: Pick<IdentityObject, 'read' | 'write'>,
+  tokens: ExclusiveTokens,
+  from: string | undefined,
+  text: string,
+): Promise<ReplaceOutcome> {
+  const name = replacementToken(from);
+  if (!(await tokens.create(name, text)))
+    return (await object.read())?.trim() === from?.trim() ? 'token_held' : 'changed';
+  try {
+    if ((await object.read())?.trim() !== from?.trim()) return 'changed';
+    await object.write(text);
+    return 'replaced';
+  } finally {
+    // A token left behind once the object changed is only litter: its text is never held again.
+    await tokens.remove(name).catch(() => {});
+  }
 }
 
 /** Where a store keeps its `storage-id`: a file in the root, or an object on the static-HTTP store. */
@@ -56,10 +111,15 @@ export interface IdentityObject {
   /** Writes the object atomically. */
   write(id: string): Promise<void>;
   /**
-   * Creates the object holding `text` only if it does not exist, in one step no other claim can come
-   * between: false (nothing written) when it exists. Where a store has no such step, absent.
+   * Creates the object holding `text` only if it does not exist, no other claim coming between:
+   * `changed` (nothing written) when it exists. Where a store has no such step, absent.
    */
-  claim?(text: string): Promise<boolean>;
+  claim?(text: string): Promise<ReplaceOutcome>;
+  /**
+   * Replaces the object's text `from` (a stopped restore's mark) with `text`, unless another
+   * replacement of `from` came first or the object no longer holds it (nothing written then).
+   */
+  takeOver?(from: string, text: string): Promise<ReplaceOutcome>;
 }
 
 async function readStorageId(object: IdentityObject): Promise<string | undefined> {
@@ -104,7 +164,7 @@ async function writeStorageIdFile(root: string, id: string): Promise<void> {
  * which link(2) refuses (EEXIST) when the name is taken, then the root fsynced. A rename would
  * replace a storage-id another process wrote meanwhile. False when the name was taken.
  */
-async function claimStorageIdFile(root: string, text: string): Promise<boolean> {
+async function claimStorageIdFile(root: string, text: string): Promise<ReplaceOutcome> {
   const file = resolveInsideRoot(root, STORAGE_ID_FILE);
   // Unique per call: two claims of one process (or of two with the same pid in containers) never share it.
   const temp = resolveInsideRoot(root, `${STORAGE_ID_FILE}.${process.pid}.${randomUUID()}.claim`);
@@ -118,19 +178,35 @@ async function claimStorageIdFile(root: string, text: string): Promise<boolean> 
     }
     await link(temp, file);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return 'changed';
     throw err;
   } finally {
     await unlink(temp).catch(() => {});
   }
   await fsyncDirectory(root);
-  return true;
+  return 'replaced';
+}
+
+/** Token files beside `<root>/storage-id`, created with O_EXCL. */
+function fsTokens(root: string): ExclusiveTokens {
+  return {
+    async create(name, text) {
+      try {
+        await writeFile(resolveInsideRoot(root, name), `${text}\n`, { flag: 'wx', mode: 0o644 });
+        return true;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+        throw err;
+      }
+    },
+    remove: (name) => rm(resolveInsideRoot(root, name), { force: true }),
+  };
 }
 
 /** `<root>/storage-id` of the filesystem store. */
 export function fsIdentityObject(root: string): IdentityObject {
   const file = resolveInsideRoot(root, STORAGE_ID_FILE);
-  return {
+  const object: IdentityObject = {
     root,
     name: file,
     variable: 'ARKVORY_DATA_DIR',
@@ -144,7 +220,9 @@ export function fsIdentityObject(root: string): IdentityObject {
     },
     write: (id) => writeStorageIdFile(root, id),
     claim: (text) => claimStorageIdFile(root, text),
+    takeOver: (from, text) => replaceExclusively(object, fsTokens(root), from, text),
   };
+  return object;
 }
 
 /** The filesystem form: binds `<root>/storage-id`. */

@@ -591,7 +591,7 @@ describe('a restore into a root another restore on this host is still writing (d
     expect(second.stderr.trim().split('\n')).toHaveLength(1);
     expect(await blobs(), "the running restore's blobs").toBe(bodies.length);
     expect(await readFile(path.join(dataDir, 'storage-id'), 'utf8')).toMatch(
-      new RegExp(`^restoring ${storageId} \\S+ ${held.pid}\n`),
+      new RegExp(`^restoring ${storageId} \\S+ ${held.pid} [0-9a-f-]+\n`),
     );
     expect((await tableRows(other)).arkvory_storage).toBe(0);
   }, 120_000);

@@ -14,14 +14,22 @@
  * Coordination state (leases, shared policy) is not restored; unfinished multipart sessions come
  * back aborted, since their parts are not in a backup.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import { createFsTree } from '../fs/index.ts';
 import { isAlive } from '../../lib/process-alive.ts';
-import { fsIdentityObject, isRestoreMarker, restoreMarker, restoreMarkOwner, type RestoreOwner } from '../identity.ts';
+import {
+  fsIdentityObject,
+  isRestoreMarker,
+  type ReplaceOutcome,
+  replacementToken,
+  restoreMarker,
+  restoreMarkOwner,
+  type RestoreOwner,
+} from '../identity.ts';
 import { localHostName } from './backup-dir.ts';
 import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
@@ -144,8 +152,8 @@ async function isRestoreRunning(pid: number): Promise<boolean> {
   return cmdline === undefined || cmdline.split('\0').includes('restore');
 }
 
-/** This process, as its restore mark names it. */
-const thisRestore = (): RestoreOwner => ({ host: localHostName(), pid: process.pid });
+/** This restore run, as its mark names it: this host, this pid, and a run of its own. */
+const newRestoreRun = (): RestoreOwner => ({ host: localHostName(), pid: process.pid, run: randomUUID() });
 
 /**
  * Refuses a root that holds a storage-id or blobs, unless its storage-id is the marker of a restore
@@ -156,12 +164,12 @@ async function refuseOccupiedRoot(
   tree: ArtifactStore['tree'],
   where: string,
   storageId: string | undefined,
+  self: RestoreOwner,
 ): Promise<boolean> {
   if (isRestoreMarker(storageId)) {
     // A mark is a stopped restore's only once its process is gone: a restore still writing there
     // (into another database: this one's barrier does not cover it) would lose its blobs to the emptying.
     const owner = restoreMarkOwner(storageId);
-    const self = thisRestore();
     if (owner && owner.host === self.host && owner.pid !== self.pid && (await isRestoreRunning(owner.pid)))
       throw new BackupError(
         'target_busy',
@@ -280,7 +288,7 @@ interface Emptied {
  * store error) leaves blobs only under the mark, which the same restore run again takes up. `mark` is
  * undefined when the restore wrote no storage-id. Empty again is checked by listing the root.
  */
-async function emptyTarget(store: OpenedArtifactStore, mark: string | undefined): Promise<Emptied> {
+async function emptyTarget(store: OpenedArtifactStore, mark: string | undefined, keepMark = false): Promise<Emptied> {
   const problems: string[] = [];
   const attempt = async (what: string, work: () => Promise<void>) => {
     try {
@@ -307,12 +315,12 @@ async function emptyTarget(store: OpenedArtifactStore, mark: string | undefined)
       const left = [await firstFileUnder(store.tree, BLOBS), await firstFileUnder(store.tree, TMP_DIR)];
       if (left.some((f) => f !== undefined)) throw new Error(`still there: ${left.filter(Boolean).join(', ')}`);
     });
-  if (!problems.length && mark !== undefined)
+  if (!problems.length && mark !== undefined && !keepMark)
     await attempt(STORAGE_ID_FILE, async () => {
       await store.tree.remove(STORAGE_ID_FILE);
       if ((await store.identity.read()) !== undefined) throw new Error('still there');
     });
-  return { problems, marked: marked && problems.length > 0 };
+  return { problems, marked: marked && (problems.length > 0 || keepMark) };
 }
 
 /** What to do about a root emptying left `emptied` in. */
@@ -401,12 +409,48 @@ async function claimRoot(store: OpenedArtifactStore, mark: string): Promise<Back
     await identity.write(mark);
     return undefined;
   }
-  if (await identity.claim(mark)) return undefined;
-  const held = (await identity.read().catch(() => undefined))?.trim();
+  const outcome = await identity.claim(mark);
+  if (outcome === 'replaced') return undefined;
+  return lostTo(store, outcome, replacementToken(undefined), 'appeared after this restore found the root empty');
+}
+
+/** The `target_busy` of a restore that lost the root to another at the same time: it writes and removes nothing. */
+async function lostTo(
+  store: OpenedArtifactStore,
+  outcome: Exclude<ReplaceOutcome, 'replaced'>,
+  token: string,
+  what: string,
+): Promise<BackupError> {
+  if (outcome === 'token_held')
+    return new BackupError(
+      'target_busy',
+      `another restore is claiming the target storage root ${store.location} (${token} stands beside its storage-id); nothing was written or removed: let that one finish, or, if no restore is running, remove ${token} and run the restore again`,
+    );
+  const held = (await store.identity.read().catch(() => undefined))?.trim();
   return new BackupError(
     'target_busy',
-    `the target storage root ${store.location} was taken by another restore at the same time (its storage-id appeared after this restore found the root empty${held ? `: ${JSON.stringify(held.slice(0, 120))}` : ''}); nothing was written or removed: let that one finish`,
+    `the target storage root ${store.location} was taken by another restore at the same time (its storage-id ${what}${held ? `: ${JSON.stringify(held.slice(0, 120))}` : ''}); nothing was written or removed: let that one finish`,
   );
+}
+
+/**
+ * Puts this restore's mark over the mark `stopped` of a restore stopped before its commit, exclusively
+ * where the store can: two restores that both found that mark would otherwise both empty the root,
+ * the later one removing blobs (and the claim) of the one already writing. Undefined once the mark is in.
+ */
+async function takeOverRoot(
+  store: OpenedArtifactStore,
+  stopped: string,
+  mark: string,
+): Promise<BackupError | undefined> {
+  const { identity } = store;
+  if (!identity.takeOver) {
+    await identity.write(mark);
+    return undefined;
+  }
+  const outcome = await identity.takeOver(stopped, mark);
+  if (outcome === 'replaced') return undefined;
+  return lostTo(store, outcome, replacementToken(stopped), "no longer held the stopped restore's mark it found");
 }
 
 interface Restored {
@@ -421,32 +465,39 @@ async function restoreAllOrNothing(
   options: RestoreOptions,
   manifest: SealedManifest,
   blobs: ReadonlyArray<{ sha256: string; sizeBytes: number }>,
-  stoppedRestoreLeft: boolean,
+  self: RestoreOwner,
+  stoppedRestoreLeft: string | undefined,
 ): Promise<Restored> {
   const { pool, signal } = options;
   const file = path.join(options.backup, DATABASE_FILE);
-  if (stoppedRestoreLeft) {
+  const mark = restoreMarker(manifest.storageId, self);
+  if (stoppedRestoreLeft !== undefined) {
     // The database holds no installation (checked) and the root is marked by a restore stopped
-    // before its commit: what is there is that restore's.
-    const emptied = await emptyTarget(store, restoreMarker(manifest.storageId, thisRestore()));
+    // before its commit: what is there is that restore's. Its mark is replaced by this one's first,
+    // and kept through the emptying: this restore holds the root from here on.
+    const lost = await takeOverRoot(store, stoppedRestoreLeft, mark);
+    if (lost) throw lost;
+    const emptied = await emptyTarget(store, mark, true);
     if (emptied.problems.length)
       throw new BackupError(
         'target_busy',
         `${store.location} holds what a restore stopped before its commit wrote, and not all of it could be removed (${emptied.problems.join('; ')}); ${whatIsLeft(emptied)}`,
       );
+  } else {
+    // Before the first blob: a restore stopped from here on (SIGKILL, power cut) leaves a root no
+    // gateway opens and the next restore empties (identity.ts, restoreMarker). Claimed, not just
+    // written: another restore into this root (with another database, so not held off by the
+    // barrier) may have passed the empty-root check at the same instant, and of two plain writes both
+    // would go on, each writing and committing over the other's root. Outside the rollback below: a
+    // claim lost, or one that failed, leaves the root to whoever holds it (a mark of this restore
+    // that landed all the same is a stopped restore's for the next run).
+    const lost = await claimRoot(store, mark);
+    if (lost) throw lost;
   }
   let client: pg.PoolClient | undefined;
   let undoRuleDocuments: (() => Promise<void>) | undefined;
   let committing: Restored | undefined;
-  let lostClaim: BackupError | undefined;
   try {
-    // Before the first blob: a restore stopped from here on (SIGKILL, power cut) leaves a root no
-    // gateway opens and the next restore empties (identity.ts, restoreMarker). Claimed, not just
-    // written, where the store can: another restore into this root (with another database, so not
-    // held off by the barrier) may have passed the empty-root check at the same instant, and of two
-    // plain writes both would go on, each writing and committing over the other's root.
-    lostClaim = await claimRoot(store, restoreMarker(manifest.storageId, thisRestore()));
-    if (lostClaim) throw lostClaim;
     const sliceDigests = new Map<string, SliceDigests>();
     // Each blob read at its place, with no symbolic link below the backup's own real path.
     const realBackup = await realpath(options.backup);
@@ -515,8 +566,6 @@ async function restoreAllOrNothing(
       return committing;
     });
   } catch (err) {
-    // The root is the other restore's: nothing here to roll back, nothing to remove.
-    if (err === lostClaim) throw err;
     if (committing) {
       // The connection failed at COMMIT: the transaction may have committed all the same. Undoing
       // the store then would leave a catalog without its blobs; so look first.
@@ -541,7 +590,7 @@ async function restoreAllOrNothing(
       );
     // The mark is ours (or its write failed: then nobody else's either), so emptying writes it again
     // (over the backup's id should the restore have got that far) and removes it last.
-    const emptied = await emptyTarget(store, restoreMarker(manifest.storageId, thisRestore()));
+    const emptied = await emptyTarget(store, mark);
     throw rolledBack(err, store.location, { ...emptied, problems: [...problems, ...emptied.problems] });
   } finally {
     client?.release();
@@ -582,23 +631,28 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
       ? options.checked
       : await checkBackup(options.backup, options.codeSchemaVersion);
   await refuseOccupiedDatabase(options.pool);
-  // The directory store before it is opened (opening a writer creates the layout and empties tmp/).
+  const self = newRestoreRun();
+  // The directory store before it is opened (opening a writer creates the layout).
   if (options.fsRoot !== undefined) {
     await refuseOccupiedRoot(
       createFsTree(options.fsRoot),
       options.fsRoot,
       await fsIdentityObject(options.fsRoot).read(),
+      self,
     );
   }
   const store = await options.openTarget(manifest.storageId);
   try {
     // Every kind, before the first write: opening a restore target reads and writes nothing.
-    const stoppedRestoreLeft = await refuseOccupiedRoot(store.tree, store.location, await store.identity.read());
-    if (!stoppedRestoreLeft && manifest.ruleDocuments?.count && options.occupiedRuleStore) {
+    const held = await store.identity.read();
+    const stoppedRestoreLeft = (await refuseOccupiedRoot(store.tree, store.location, held, self))
+      ? held?.trim()
+      : undefined;
+    if (stoppedRestoreLeft === undefined && manifest.ruleDocuments?.count && options.occupiedRuleStore) {
       const held = await options.occupiedRuleStore(await readRuleDocuments(options.backup, manifest));
       if (held !== undefined) throw new BackupError('target_not_empty', held);
     }
-    const restored = await restoreAllOrNothing(store, options, manifest, blobs, stoppedRestoreLeft);
+    const restored = await restoreAllOrNothing(store, options, manifest, blobs, self, stoppedRestoreLeft);
     const referenced = new Set(blobs.map((b) => b.sha256));
     const scrub = await scrubBlobs(store.tree, { referenced });
     return {

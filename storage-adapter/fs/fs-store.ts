@@ -109,8 +109,9 @@ export async function openFsStore(options: {
     await mkdirDurable(tmpDir, root);
     await mkdirDurable(resolveInsideRoot(root, UPLOADS_DIR), root);
     // Whatever is in tmp/ belongs to uploads a previous process never finished; tmp/worker/ may
-    // hold the assembly a separate worker is running now.
-    if (!options.keepTmp)
+    // hold the assembly a separate worker is running now. Not a restore target's: a restore empties
+    // the root itself once it holds it, and until then tmp/ may be another restore's, still writing.
+    if (!options.keepTmp && options.restoreAs === undefined)
       for (const entry of await readdir(tmpDir))
         if (entry !== WORKER_STAGING_DIR) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
     if (options.ownStaging !== undefined) {

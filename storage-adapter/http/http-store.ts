@@ -1,7 +1,7 @@
 /**
  * The static-HTTP store: the same layout as the filesystem store (`storage-id`, `blobs/sha256/ab/cd/<hex>`,
  * `tmp/`, `uploads/<session>/`) on a dumb HTTP file server, e.g. nginx with
- * `dav_methods PUT DELETE MOVE; create_full_put_path on;` (writes) and `autoindex_format json` (listing,
+ * `dav_methods PUT DELETE MOVE MKCOL; create_full_put_path on;` (writes; MKCOL for a restore's claim) and `autoindex_format json` (listing,
  * for scrub and gc only). Reads are plain GET/HEAD with Range.
  *
  * Publish: the body streams (hashed, counted, paced) as a chunked PUT to `tmp/<uuid>.upload` (a

@@ -7,7 +7,7 @@ import { unexpectedStatus } from '../streaming/http-upstream.ts';
 import { listedName } from '../streaming/listed-names.ts';
 import type { WebDavClient } from './http-webdav.ts';
 import { sessionRelativeDir, STORAGE_ID_FILE } from '../paths.ts';
-import type { IdentityObject } from '../identity.ts';
+import { type ExclusiveTokens, type IdentityObject, replaceExclusively } from '../identity.ts';
 import type { PartStore, StoreTree, TreeEntry } from '../store.ts';
 
 export function httpTree(dav: WebDavClient): StoreTree {
@@ -80,10 +80,35 @@ export function httpParts(dav: WebDavClient): PartStore {
   };
 }
 
+/**
+ * Tokens as collections (WebDAV MKCOL: nginx's mkdir(2), which fails with 405 when the name exists),
+ * since a PUT has no exclusive form there: nginx's dav module ignores `If-None-Match: *` on a PUT.
+ * A server without MKCOL (not in nginx's `dav_methods`) also answers 405, the name absent: then a token
+ * cannot be held and every create succeeds, the replacement being the plain check and write it was.
+ */
+function httpTokens(dav: WebDavClient): ExclusiveTokens {
+  return {
+    async create(name) {
+      const path = `${dav.pathOf(name)}/`;
+      let code = await dav.status({ method: 'MKCOL', path });
+      if (code === 409) {
+        await dav.makeBaseCollections();
+        code = await dav.status({ method: 'MKCOL', path });
+      }
+      if (code === 201) return true;
+      if (code !== 405 && code !== 501) throw unexpectedStatus(code, `MKCOL ${path}`);
+      if (code === 501) return true;
+      const there = await dav.status({ method: 'GET', path });
+      return there === 404;
+    },
+    remove: (name) => dav.remove(name),
+  };
+}
+
 /** The `storage-id` object at the store's root. */
 export function httpIdentity(dav: WebDavClient): IdentityObject {
   const path = dav.pathOf(STORAGE_ID_FILE);
-  return {
+  const object: IdentityObject = {
     root: dav.location,
     name: `${dav.location}${STORAGE_ID_FILE}`,
     variable: 'ARKVORY_STORAGE_URL',
@@ -105,5 +130,8 @@ export function httpIdentity(dav: WebDavClient): IdentityObject {
         })(),
       );
     },
+    claim: (text) => replaceExclusively(object, httpTokens(dav), undefined, text),
+    takeOver: (from, text) => replaceExclusively(object, httpTokens(dav), from, text),
   };
+  return object;
 }

@@ -54,6 +54,17 @@ export class WebDavClient {
     return this.#basePath + relative.split('/').map(encodeURIComponent).join('/');
   }
 
+  /**
+   * MKCOL of the base path's collections, outermost first, whatever each answers (405: there; a
+   * path above the server's WebDAV location: refused): a MKCOL below a base no PUT has created yet
+   * (a PUT creates its parents, `create_full_put_path`) finds no parent (409).
+   */
+  async makeBaseCollections(): Promise<void> {
+    const segments = this.#basePath.split('/').filter(Boolean);
+    for (let i = 1; i <= segments.length; i++)
+      await this.status({ method: 'MKCOL', path: `/${segments.slice(0, i).join('/')}/` });
+  }
+
   close(): Promise<void> {
     return this.#upstream.close();
   }

@@ -21,9 +21,15 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { StorageError } from '../errors.ts';
-import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
+import { BODY_CAPS, drainBody, readBoundedText } from '../streaming/bounded-body.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
-import { openingStorageId, type IdentityObject, type StorageRole } from '../identity.ts';
+import {
+  type ExclusiveTokens,
+  type IdentityObject,
+  openingStorageId,
+  replaceExclusively,
+  type StorageRole,
+} from '../identity.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, stagingDirOf, TMP_DIR } from '../paths.ts';
 import { type ObjectVersion, openRangeStream, type RangeStream, rangeStreamReader } from '../streaming/range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
@@ -111,10 +117,35 @@ export type S3Store = OpenedArtifactStore & {
   readonly assemblies: Readonly<S3AssemblyStats>;
 };
 
+/**
+ * PUT `key` only if no object has that name (`If-None-Match: *`): false when one has (412; 409, a
+ * conditional write racing another on AWS). A server that ignores the header writes whatever is there
+ * (docs/backup-and-restore.md, step 3, says which of the tested servers honour it).
+ */
+async function putIfAbsent(client: S3Client, key: string, text: string): Promise<boolean> {
+  const res = await client.request({
+    method: 'PUT',
+    key,
+    headers: { 'content-type': 'text/plain', 'if-none-match': '*' },
+    body: Buffer.from(`${text}\n`),
+  });
+  if (res.statusCode === 412 || res.statusCode === 409) {
+    await drainBody(res.body, client.timeoutMs);
+    return false;
+  }
+  if (res.statusCode < 200 || res.statusCode > 299) throw await client.failure(res, `PUT ${key} (If-None-Match: *)`);
+  await drainBody(res.body, client.timeoutMs);
+  return true;
+}
+
 function identityObject(client: S3Client, location: S3Location): IdentityObject {
   const key = `${location.prefix}${STORAGE_ID_FILE}`;
   const root = formatS3Location(location);
-  return {
+  const tokens: ExclusiveTokens = {
+    create: (name, text) => putIfAbsent(client, `${location.prefix}${name}`, text),
+    remove: (name) => client.delete(`${location.prefix}${name}`),
+  };
+  const object: IdentityObject = {
     root,
     name: `${root}${STORAGE_ID_FILE}`,
     variable: 'ARKVORY_STORAGE_URL',
@@ -136,7 +167,10 @@ function identityObject(client: S3Client, location: S3Location): IdentityObject 
         `PUT ${key}`,
       );
     },
+    claim: async (text) => ((await putIfAbsent(client, key, text)) ? 'replaced' : 'changed'),
+    takeOver: (from, text) => replaceExclusively(object, tokens, from, text),
   };
+  return object;
 }
 
 /** An S3 store of any role: `writer` may create the identity; `reader` and `worker` only verify it. */

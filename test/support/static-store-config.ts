@@ -34,6 +34,6 @@ export async function siteConfig(options: {
   replace('alias /srv/arkvory-store/;', `alias ${options.root}/;`);
   // The multi-host suite (test/hosts) puts the store on its own host and lets only the writer write.
   replace('allow 10.0.0.5;', `allow ${options.writer ?? '127.0.0.1'};`);
-  if (!options.move) replace('dav_methods PUT DELETE MOVE;', 'dav_methods PUT DELETE;');
+  if (!options.move) replace('dav_methods PUT DELETE MOVE MKCOL;', 'dav_methods PUT DELETE MKCOL;');
   return text;
 }
