@@ -329,8 +329,9 @@ Without --verify: reads and checks the backup first (manifest, schema version, d
 documents): a refused one leaves the target untouched (its database not migrated, nor even connected
 to). Then refuses unless the database (ARKVORY_DATABASE_URL, or the embedded one under
 ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage root (ARKVORY_DATA_DIR or
-ARKVORY_STORAGE_URL) has no storage-id and no blobs (on the directory store the root is claimed in one step,
-so of two restores into one root at once the other is refused, target_busy), and the target Redis (ARKVORY_REDIS_URL) holds none of the
+ARKVORY_STORAGE_URL) has no storage-id and no blobs (the root is claimed in one step: a hard link on the
+directory store, MKCOL on nginx, a PUT with If-None-Match on S3, so of two restores into one root at once, or
+two taking over one killed restore's root, the other is refused, target_busy), and the target Redis (ARKVORY_REDIS_URL) holds none of the
 backed-up rule documents with other contents under its ARKVORY_REDIS_KEY_PREFIX, before it writes anything; migrates the database,
 writes every blob through the store (each verified by hash), then in one transaction loads every table
 (leases, the shared policy and the audit trail are not restored; unfinished multipart uploads come back aborted) and the
@@ -338,8 +339,8 @@ backed-up Redis rule documents (into the target's Redis, ARKVORY_REDIS_URL, or e
 the backup's storage-id last and commits; then scrubs what it restored. All or nothing: a restore that
 fails or is stopped (SIGINT/SIGTERM) before the commit rolls back and removes every blob and the storage-id
 it wrote, so the target is empty again and can be retried. A restore killed outright leaves the root's
-storage-id marked as an unfinished restore: no gateway opens it, and the same restore run again empties
-it first. Refused while a gateway or worker of the database runs.
+storage-id marked as an unfinished restore: no gateway opens it, and the same restore run again takes it
+over (its own mark replacing that one, exclusively) and empties it first. Refused while a gateway or worker of the database runs.
 Progress on stderr (a bar on a terminal, JSON lines otherwise); a JSON summary on stdout.
 Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage, 3 restored and
 clean but its audit entry not recorded (audit_not_recorded on stderr), 4 restored and no damage found, but
@@ -480,6 +481,9 @@ the scrub left blobs unjudged (run arkvory scrub; outweighs 3).`,
               blobs: summary.blobs,
               corrupt: summary.scrub.corrupt.length,
               missing: summary.scrub.missing.length,
+              // Blobs the closing scrub could not judge (exit 4): without them the entry of such a
+              // restore read like a clean one's.
+              unjudged: summary.scrub.unjudged.length,
             },
           });
           const code = restoreExitCode(summary.scrub, recorded);

@@ -19,7 +19,7 @@ import { startRewritingFront, startStaticStore } from '../../test/support/static
 const source = useTestDatabase();
 const CUT = 'ARKVORY-CUT-SHORT-MARKER';
 
-it('exits 4 with one line when its scrub leaves a blob unjudged; the restore itself is complete', async () => {
+it('exits 4 with one line when its scrub leaves a blob unjudged, and its audit entry counts it; the restore itself is complete', async () => {
   await createRepository(source.pool, 'cut');
   const store = await openFsStore({
     root: await makeTempDir('arkvory-cut-source-'),
@@ -83,4 +83,9 @@ it('exits 4 with one line when its scrub leaves a blob unjudged; the restore its
   });
   // Complete: the store holds both blobs whole and the database is bound to it.
   expect((await target.pool.query('SELECT 1 FROM arkvory_storage')).rowCount).toBe(1);
+  // Its audit entry says so too, as it says the damage of a restore whose scrub found some.
+  const audit = await target.pool.query<{ details: Record<string, unknown> }>(
+    "SELECT details FROM arkvory_audit_events WHERE action = 'backup.restore'",
+  );
+  expect(audit.rows).toEqual([{ details: expect.objectContaining({ corrupt: 0, missing: 0, unjudged: 1 }) }]);
 }, 60_000);
