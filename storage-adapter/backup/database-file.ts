@@ -3,8 +3,6 @@
  * as a regular file and reads at most the bytes the manifest gives it (small-file.ts): a named pipe
  * or a link to /dev/zero in its place is `backup_invalid`, found before anything is written.
  */
-import { Readable } from 'node:stream';
-import { createInterface } from 'node:readline';
 import { BackupError } from './errors.ts';
 import { hashStream } from './blob-copy.ts';
 import type { SealedManifest } from './manifest.ts';
@@ -19,12 +17,55 @@ export interface DumpLine {
 }
 
 /**
- * The rows of a database file. The file's sha256 was checked against the manifest, but a manifest
- * can be resealed by whoever edits a backup: a line that is not a row is `backup_invalid`. At most
- * `maxBytes` (the manifest's size of the file) are read.
+ * The longest line of a database file: one row (a backup writes none longer; the longest, a rule
+ * document, is bounded like rule-documents.json). A line is held whole to be parsed, so without a
+ * bound a resealed file of gigabytes without a newline was gathered into memory, by `--verify` too.
  */
-export async function* dumpLines(file: string, maxBytes: number): AsyncGenerator<DumpLine> {
-  const lines = createInterface({ input: Readable.from(backupFileChunks(file, maxBytes)), crlfDelay: Infinity });
+export const DATABASE_LINE_MAX_BYTES = 64 * 1024 * 1024;
+
+/** The lines of `chunks` (without their `\n`), each refused once longer than `maxLine` bytes, before it is whole. */
+async function* boundedLines(
+  chunks: AsyncIterable<Buffer>,
+  maxLine: number,
+  tooLong: (line: number) => Error,
+): AsyncGenerator<string> {
+  let held: Buffer[] = [];
+  let heldBytes = 0;
+  let n = 0;
+  for await (const chunk of chunks) {
+    let start = 0;
+    for (let nl = chunk.indexOf(10, start); nl !== -1; nl = chunk.indexOf(10, start)) {
+      if (heldBytes + nl - start > maxLine) throw tooLong(n + 1);
+      held.push(chunk.subarray(start, nl));
+      n++;
+      yield Buffer.concat(held).toString('utf8').replace(/\r$/, '');
+      held = [];
+      heldBytes = 0;
+      start = nl + 1;
+    }
+    heldBytes += chunk.length - start;
+    if (heldBytes > maxLine) throw tooLong(n + 1);
+    if (start < chunk.length) held.push(chunk.subarray(start));
+  }
+  if (heldBytes) yield Buffer.concat(held).toString('utf8').replace(/\r$/, '');
+}
+
+/**
+ * The rows of a database file. The file's sha256 was checked against the manifest, but a manifest
+ * can be resealed by whoever edits a backup: a line that is not a row, or longer than a row can be
+ * (`DATABASE_LINE_MAX_BYTES`), is `backup_invalid`. At most `maxBytes` (the manifest's size of the file) are read.
+ */
+export async function* dumpLines(
+  file: string,
+  maxBytes: number,
+  maxLine: number = DATABASE_LINE_MAX_BYTES,
+): AsyncGenerator<DumpLine & { bytes: number }> {
+  const lines = boundedLines(
+    backupFileChunks(file, maxBytes),
+    maxLine,
+    (line) =>
+      new BackupError('backup_invalid', `${file} line ${line} is longer than ${maxLine} bytes, which no row is`),
+  );
   let n = 0;
   for await (const line of lines) {
     n++;
@@ -43,7 +84,7 @@ export async function* dumpLines(file: string, maxBytes: number): AsyncGenerator
       typeof parsed.row !== 'object'
     )
       throw new BackupError('backup_invalid', `${file} line ${n} is not a table row`);
-    yield { table: parsed.table, row: parsed.row, line: n };
+    yield { table: parsed.table, row: parsed.row, line: n, bytes: line.length };
   }
 }
 

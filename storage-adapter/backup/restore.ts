@@ -44,6 +44,8 @@ import { openBackup, readRuleDocuments } from './verify.ts';
 import { inTransaction } from '../../lib/transaction.ts';
 
 const INSERT_ROWS = 500;
+/** At most about this many bytes of the database file's lines in one INSERT (a single longer row goes alone). */
+const INSERT_BYTES = 16 * 1024 * 1024;
 /** Rows here mean the database already holds an installation. */
 const OCCUPIED_WHEN = ['arkvory_storage', 'arkvory_principals', 'arkvory_repositories', 'arkvory_artifacts'];
 const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
@@ -227,14 +229,18 @@ async function loadDatabase(client: pg.ClientBase, file: string, manifest: Seale
   }
   let batch: Array<Record<string, unknown>> = [];
   let batchTable = '';
-  for await (const { table, row } of dumpLines(file, manifest.database.bytes)) {
+  let batchBytes = 0;
+  for await (const { table, row, bytes } of dumpLines(file, manifest.database.bytes)) {
     if (!restorable.has(table)) continue;
-    if (table !== batchTable || batch.length >= INSERT_ROWS) {
+    // By bytes too: 500 rows of the longest a line may be would be one statement of gigabytes.
+    if (table !== batchTable || batch.length >= INSERT_ROWS || batchBytes + bytes > INSERT_BYTES) {
       await insertRows(client, batchTable, columns.get(batchTable) ?? new Set(), batch);
       batch = [];
+      batchBytes = 0;
       batchTable = table;
     }
     batch.push(row);
+    batchBytes += bytes;
   }
   await insertRows(client, batchTable, columns.get(batchTable) ?? new Set(), batch);
   for (const [table, cols] of columns) {

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
-import { checkDatabaseFile, referencedBlobs } from './database-file.ts';
+import { checkDatabaseFile, DATABASE_LINE_MAX_BYTES, dumpLines, referencedBlobs } from './database-file.ts';
 import { blobRelativePath } from '../paths.ts';
 import {
   BACKUP_FORMAT,
@@ -154,6 +154,29 @@ describe('reading the database file and the blobs of a backup', () => {
       message: `${file} is not a regular file (a symbolic link)`,
     });
   }, 15_000);
+
+  it('refuses a database.jsonl line longer than a row can be, and reads rows split across its chunks whole', async () => {
+    const dir = await backupDir();
+    const file = path.join(dir, DATABASE_FILE);
+    // A resealed file whose one line is a row past the cap (a file of gigabytes without a newline
+    // was gathered into memory whole to be parsed).
+    const huge = `${JSON.stringify({ table: 'arkvory_rule_documents', row: { document: 'x'.repeat(DATABASE_LINE_MAX_BYTES) } })}\n`;
+    await writeFile(file, ROW + huge);
+    await expect(referencedBlobs(file, Buffer.byteLength(ROW + huge))).rejects.toMatchObject({
+      code: 'backup_invalid',
+      message: `${file} line 2 is longer than ${DATABASE_LINE_MAX_BYTES} bytes, which no row is`,
+    });
+    // Rows of every length around the read's chunks (64 KiB) come back as written, multi-byte text too.
+    const rows = [10, 65_530, 70_000, 3, 200_000].map((n, i) => ({
+      table: 'arkvory_repositories',
+      row: { name: `r${i}`, description: 'é€'.repeat(n) },
+    }));
+    const text = rows.map((r) => `${JSON.stringify(r)}\n`).join('');
+    await writeFile(file, text);
+    const seen = [];
+    for await (const { table, row } of dumpLines(file, Buffer.byteLength(text))) seen.push({ table, row });
+    expect(seen).toEqual(rows);
+  });
 
   it("refuses a part row whose file name is a path (`../../x`), not a file's name", async () => {
     const dir = await backupDir();
