@@ -5,6 +5,7 @@
  * restore's mark, only one goes on; the other is `target_busy` and removes nothing of the winner's.
  */
 import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -14,7 +15,7 @@ import { listMigrations } from '../../migrations/runner.ts';
 import { createRepository } from '../../test/support/auth.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir } from '../../test/support/gateway.ts';
-import { STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { directoryProbe, STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { createCatalog } from '../catalog/catalog.ts';
 import { publishArtifact } from '../catalog/publish.ts';
 import { openFsStore } from '../fs/index.ts';
@@ -191,5 +192,37 @@ describe('a restore target on the directory store', () => {
     const store = await openFsStore({ root, role: 'writer', pool: db.pool, restoreAs: storageId });
     await store.close();
     expect(await readFile(path.join(root, 'tmp', 'staged.upload'), 'utf8')).toBe('being written by another restore');
+  });
+});
+
+describe('a restore whose root another host takes over while it runs (directory store)', () => {
+  it('does not commit over the other restore, nor remove anything of the root: target_busy, rolled back', async () => {
+    const target = await createTestDatabase();
+    drops.push(target.drop);
+    const root = await makeTempDir('arkvory-claims-taken-');
+    // Another host's restore takes the root over once this one has written its first blob: it took
+    // this host's mark for a stopped restore's, as a restore of another host must.
+    const theirs = `restoring ${storageId} elsewhere 4343 0f0f0f0f-0000-4000-8000-000000000000`;
+    let taken = false;
+    const restoring = runRestore({
+      backup,
+      pool: target.pool,
+      codeSchemaVersion,
+      fsRoot: root,
+      onProgress: () => {
+        if (taken) return;
+        taken = true;
+        writeFileSync(path.join(root, 'storage-id'), `${theirs}\n`);
+      },
+      openTarget: (id) => openFsStore({ root, role: 'writer', pool: target.pool, restoreAs: id }),
+    });
+    await expect(restoring).rejects.toMatchObject({
+      code: 'target_busy',
+      message: expect.stringContaining('was taken over by another restore while this one ran'),
+    });
+    expect((await readFile(path.join(root, 'storage-id'), 'utf8')).trim()).toBe(theirs);
+    expect((await target.pool.query('SELECT 1 FROM arkvory_storage')).rowCount).toBe(0);
+    // Its blobs are left to the other restore, whose emptying or commit decides them.
+    expect(await directoryProbe(root).files('blobs/sha256')).toEqual(blobNames);
   });
 });

@@ -503,6 +503,8 @@ async function restoreAllOrNothing(
   let client: pg.PoolClient | undefined;
   let undoRuleDocuments: (() => Promise<void>) | undefined;
   let committing: Restored | undefined;
+  /** The storage-id was found to be no longer this restore's mark. */
+  let takenOver = false;
   try {
     const sliceDigests = new Map<string, SliceDigests>();
     // Each blob read at its place, with no symbolic link below the backup's own real path.
@@ -562,6 +564,16 @@ async function restoreAllOrNothing(
       // writer's first start does, identity.ts).
       await tx.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [manifest.storageId]);
       signal?.throwIfAborted();
+      // Still this restore's root: a restore of another host takes a mark of this host for a stopped
+      // restore's (it cannot tell), and writing the id over its mark would bind two databases to one root.
+      const now = (await store.identity.read())?.trim();
+      if (now !== mark) {
+        takenOver = true;
+        throw new BackupError(
+          'target_busy',
+          `the target storage root ${store.location} was taken over by another restore while this one ran (its storage-id now holds ${JSON.stringify((now ?? 'nothing').slice(0, 120))}; restores of other hosts take a mark of this host for a stopped restore's): this restore's transaction was rolled back and nothing in the root removed, which is the other's now`,
+        );
+      }
       await store.identity.write(manifest.storageId);
       committing = {
         blobs: { count: blobs.length, bytes },
@@ -594,6 +606,11 @@ async function restoreAllOrNothing(
       await undoRuleDocuments().catch((undoErr: unknown) =>
         problems.push(`rule documents: ${(undoErr as Error).message}`),
       );
+    // The root was taken over (above): all there is the other restore's now, its blobs among ours.
+    if (takenOver) {
+      if (problems.length) (err as Error).message += `; ${problems.join('; ')}`;
+      throw err;
+    }
     // The mark is ours (or its write failed: then nobody else's either), so emptying writes it again
     // (over the backup's id should the restore have got that far) and removes it last.
     const emptied = await emptyTarget(store, mark);
