@@ -333,7 +333,7 @@ async function emptyTarget(store: OpenedArtifactStore, mark: string | undefined,
 const whatIsLeft = (emptied: Emptied): string =>
   emptied.marked
     ? 'its storage-id still marks an unfinished restore: once the cause is fixed, the same restore run again removes the rest'
-    : 'remove storage-id, blobs/ and tmp/ there before trying again';
+    : 'remove storage-id, any storage-id.replacing.*, blobs/ and tmp/ there before trying again';
 
 /**
  * The error of a failed restore, its message extended with what the rollback left (nothing,
