@@ -4,7 +4,7 @@
  * falls back to looking ids up. Queries are counted on a real pool (a spy, not a stand-in).
  */
 import { randomBytes } from 'node:crypto';
-import type pg from 'pg';
+import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -235,5 +235,36 @@ describe('the repository listing of a principal', () => {
     expect(auth.isCacheTrusted).toBe(false);
     expect(await auth.grant(account.principalId, 'listb')).toBeUndefined();
     expect(await auth.readableRepositories(account.principalId)).toEqual(['lista']);
+  });
+});
+
+describe('the key id of a client certificate', () => {
+  it('is cert:<the bound SAN first in byte order> whatever order PostgreSQL returns the bindings in, so its rate-limit identifier stays put', async () => {
+    const account = await createServiceAccount(db.pool);
+    // Bound in the opposite of byte order ('D' < 'U' < 'Z'), the last one updated since: the
+    // table's rows lie, and a scan returns them, otherwise than sorted.
+    const sans = ['URI:spiffe://example.org/ci', 'DNS:zz.example.org', 'DNS:ci.example.org'];
+    for (const san of sans)
+      await db.pool.query(
+        "INSERT INTO arkvory_certificate_bindings (san, principal_id, scopes) VALUES ($1, $2, '{read}')",
+        [san, account.principalId],
+      );
+    await db.pool.query("UPDATE arkvory_certificate_bindings SET scopes = '{read,write}' WHERE san = $1", [
+      'URI:spiffe://example.org/ci',
+    ]);
+    // A scan in table order, as PostgreSQL picks for a table of many bindings: on a handful of rows
+    // it reads the primary key's index, which happens to return them sorted.
+    const scanning = new pg.Pool({
+      connectionString: db.url,
+      max: 2,
+      options: '-c enable_indexscan=off -c enable_bitmapscan=off -c enable_indexonlyscan=off',
+    });
+    cleanups.push(() => scanning.end());
+    const auth = await started(scanning);
+    // Each order of the certificate's names is a cache entry of its own, looked up afresh.
+    for (const order of [sans, [...sans].reverse(), [sans[1]!, sans[0]!, sans[2]!]]) {
+      const outcome = await auth.certificatePrincipalNow([...order, 'DNS:unbound.example.org']);
+      expect(outcome.ok && outcome.principal.keyId, order.join(' ')).toBe('cert:DNS:ci.example.org');
+    }
   });
 });

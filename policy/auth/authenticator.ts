@@ -393,7 +393,8 @@ export class Authenticator {
          (SELECT coalesce(json_agg(json_build_object('name', g.name, 'downloadBytesPerSec', g.download_bytes_per_second, 'uploadBytesPerSec', g.upload_bytes_per_second) ORDER BY g.name), '[]'::json)
            FROM arkvory_principal_group_members m JOIN arkvory_principal_groups g ON g.name = m.group_name
            WHERE m.principal_id = p.id AND (g.download_bytes_per_second > 0 OR g.upload_bytes_per_second > 0)) AS group_ceilings
-         FROM arkvory_certificate_bindings b JOIN arkvory_principals p ON p.id = b.principal_id WHERE b.san = ANY($1::text[])`,
+         FROM arkvory_certificate_bindings b JOIN arkvory_principals p ON p.id = b.principal_id WHERE b.san = ANY($1::text[])
+         ORDER BY b.san COLLATE "C"`,
         [sans],
       );
       rows = r.rows;
@@ -405,6 +406,9 @@ export class Authenticator {
       );
     }
     const principals = new Set(rows.map((row) => row.principal_id as string));
+    // Several names of one certificate bound to one principal: the key id (logs, rate-limit
+    // identifiers) is the first bound name in byte order (ORDER BY above), never whichever row the
+    // scan met first, which moves when a binding is updated or the table rewritten.
     const row = rows[0];
     const entry: CertificateEntry | 'ambiguous' | null =
       principals.size > 1
