@@ -39,6 +39,10 @@ const ALL_DATA = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'] as const;
 const AUDIT_INSERT =
   'INSERT (action, actor_kind, principal_id, principal_name, operator, host, source, request_id, client_request_id, target, details)' as const;
 
+/** The catalog's columns a publish writes (storage-adapter/catalog/catalog.ts); never `created_at`. */
+const ARTIFACT_INSERT =
+  'INSERT (repository, kind, name, version, asset, sha256, size_bytes, content_type, published_by)' as const;
+
 /** Every table: which runtime role may do what. A role not named gets nothing. */
 export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = {
   // pendingMigrations at every start and in every CLI command; restore checks the version.
@@ -80,7 +84,7 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
   // Groups and their ceilings (0062): the writer's admin commands change them, every gateway reads them;
   // the rules service too, since a key check loads the principal with its groups.
   arkvory_principal_groups: {
-    writer: ALL_DATA,
+    writer: ['SELECT', 'INSERT', 'UPDATE (download_bytes_per_second, upload_bytes_per_second)', 'DELETE'],
     reader: READ,
     maintenance: ALL_DATA,
     rules: READ,
@@ -120,10 +124,11 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     worker: READ,
     maintenance: READ,
   },
+  // A publish names every column but created_at (its Last-Modified), which the database dates (0087).
   arkvory_artifacts: {
-    writer: ['SELECT', 'INSERT', 'DELETE'],
+    writer: ['SELECT', ARTIFACT_INSERT, 'DELETE'],
     reader: READ,
-    worker: ['SELECT', 'INSERT'],
+    worker: ['SELECT', ARTIFACT_INSERT],
     maintenance: ALL_DATA,
   },
   // When recently deleted names were published (0075): written and read only by the catalog's
@@ -209,7 +214,7 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
   // Storage quotas: set through the admin API and CLI (writer), read by every upload's reservation
   // and by the worker's check of a multipart completion its session does not wholly hold.
   arkvory_storage_quotas: {
-    writer: ALL_DATA,
+    writer: ['SELECT', 'INSERT', 'UPDATE (limit_bytes, updated_at)', 'DELETE'],
     worker: READ,
     maintenance: ALL_DATA,
   },

@@ -145,6 +145,32 @@ describe('lease slots by login (real PostgreSQL, least-privilege logins)', () =>
     expect(held.rows[0]!.held).toBe(answer.rows[0]!.share);
   });
 
+  it("no login takes a slot at or past the stored policy's SLOTS; a row there (taken before 0087) is neither renewed nor shared", async () => {
+    // The policy stored by the writer's start above: SLOTS = 3.
+    const reader = await session('reader');
+    const acquire = `SELECT arkvory_lease_acquire($1, $2, 'reader', 'http://beyond.example:8080', 10000)::text AS g`;
+    for (const slot of [3, 15]) await refused(reader, acquire, [slot, randomUUID()]);
+    const writer = await session('writer');
+    await refused(writer, acquire, [3, randomUUID()]);
+    expect((await db.pool.query('SELECT slot FROM arkvory_gateway_leases WHERE slot >= 3')).rows).toEqual([]);
+    // A reader's row in slot 3 as an older acquire wrote it for its session: moved there from slot 2.
+    await db.pool.query('UPDATE arkvory_gateway_leases SET expires_at = clock_timestamp() WHERE slot = 2');
+    const owner = randomUUID();
+    const g = (await reader.query<{ g: string }>(acquire, [2, owner])).rows[0]!.g;
+    await db.pool.query('UPDATE arkvory_gateway_leases SET slot = 3 WHERE slot = 2');
+    const renewed = await reader.query<{ ok: boolean }>('SELECT arkvory_lease_renew(3, $1, $2, 10000) AS ok', [
+      owner,
+      g,
+    ]);
+    expect(renewed.rows[0]!.ok).toBe(false);
+    const share = await reader.query<{ share: string | null }>(
+      'SELECT arkvory_lease_share(3, $1, $2, 10000, 1, 0)::text AS share',
+      [owner, g],
+    );
+    expect(share.rows[0]!.share).toBeNull();
+    await db.pool.query('DELETE FROM arkvory_gateway_leases WHERE slot = 3');
+  });
+
   it("a reader session holding the writer's slot (taken before 0074) can no longer renew it", async () => {
     const reader = await session('reader');
     // The row as the 0020 acquire wrote it for this session, moved to the writer's slot.

@@ -19,6 +19,7 @@ import { DATABASE_ROLES, type DatabaseRole, groupRoleName, grantsOf, RUNTIME_ROL
 import { schemaObjects, undecidedObjects } from './roles.ts';
 import { artifactEntry } from '../test/support/catalog-entries.ts';
 import { recordAudit } from '../proxy/audit/audit-log.ts';
+import { createStorageQuotas } from '../policy/quota/storage-quotas.ts';
 
 const log = createLogger('silent');
 const policy = { slots: 2, downloadBytesPerSec: 1_000_000, downloadBytesPerSecPerPrincipal: 0 };
@@ -390,5 +391,53 @@ describe('the writer, worker, maintenance and rules logins', () => {
     await pools.rules.query('SELECT count(*) FROM arkvory_rule_overrides');
     await denied(pools.rules, 'SELECT * FROM arkvory_artifacts');
     await denied(pools.rules, `UPDATE arkvory_api_keys SET scopes = ARRAY['admin']`);
+  });
+});
+
+describe('rows the database dates (0087)', () => {
+  const backdatedArtifact = (name: string) =>
+    `INSERT INTO arkvory_artifacts (repository, kind, name, sha256, size_bytes, content_type, created_at)
+     VALUES ('dated', 'artifact', '${name}', '${'d'.repeat(64)}', 1, 'application/octet-stream', now() - interval '400 days')`;
+  const writerOwn = [
+    `UPDATE arkvory_principal_groups SET created_at = now() - interval '400 days'`,
+    `UPDATE arkvory_principal_groups SET name = 'renamed'`,
+    `UPDATE arkvory_storage_quotas SET subject = 'elsewhere'`,
+  ];
+
+  it('neither the writer nor the worker dates a published artifact, and the writer changes only ceilings and limits', async () => {
+    const admin = new AdminStore(pools.writer);
+    await admin.createRepository('dated');
+    await admin.setGroup('dated-group', { downloadBytesPerSec: 65536 });
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', 'dated', 10)`,
+    );
+    for (const role of ['writer', 'worker'] as const) await denied(pools[role], backdatedArtifact(`by-${role}`));
+    for (const sql of writerOwn) await denied(pools.writer, sql);
+    // What their code does still goes through, dated by the database.
+    const published = await createCatalog(pools.worker).insertOrGet(artifactEntry('dated', 'by-worker', 'e'));
+    expect(Math.abs(published.entry.createdAtMs - Date.now())).toBeLessThan(60_000);
+    await createCatalog(pools.writer).insertOrGet(artifactEntry('dated', 'by-writer', 'f'));
+    await admin.setGroup('dated-group', { downloadBytesPerSec: 131072, uploadBytesPerSec: 65536 });
+    expect(await createStorageQuotas(pools.writer).set('repository', 'dated', 20)).toBe(true);
+    const quota = await db.pool.query(
+      `SELECT limit_bytes::int AS n FROM arkvory_storage_quotas WHERE subject = 'dated'`,
+    );
+    expect(quota.rows[0].n).toBe(20);
+  });
+
+  it('migration 0087 takes table-wide INSERT and UPDATE from roles an older `db roles` made', async () => {
+    // As the grants stood before it.
+    await pools.migrator.query('GRANT INSERT ON TABLE arkvory_artifacts TO arkvory_writer, arkvory_worker');
+    await pools.migrator.query(
+      'GRANT UPDATE ON TABLE arkvory_principal_groups, arkvory_storage_quotas TO arkvory_writer',
+    );
+    const sql = await readFile(
+      new URL('./0087_bound_lease_slots_and_database_dated_rows.sql', import.meta.url),
+      'utf8',
+    );
+    await pools.migrator.query(sql);
+    for (const role of ['writer', 'worker'] as const) await denied(pools[role], backdatedArtifact(`again-${role}`));
+    for (const statement of writerOwn) await denied(pools.writer, statement);
+    await createCatalog(pools.writer).insertOrGet(artifactEntry('dated', 'after-0087', 'a'));
   });
 });
