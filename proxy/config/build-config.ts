@@ -19,6 +19,7 @@ export interface Derived {
   s3: S3Config | undefined;
   trustedProxies: string[];
   routerBackends: string[] | undefined;
+  publicUrl: string | undefined;
   bypassPublishers: string[];
   tls: Config['tls'];
   tracing: Config['tracing'];
@@ -40,7 +41,7 @@ function withPassword(url: string | undefined, password: string | undefined): st
 
 /** The Config of valid values: units converted (seconds → ms), paths resolved against `cwd`. */
 export function buildConfig(v: VariableValues, derived: Derived, cwd: string): Config {
-  const { shared, advertiseUrl, s3, trustedProxies, routerBackends, bypassPublishers } = derived;
+  const { shared, advertiseUrl, s3, trustedProxies, routerBackends, publicUrl, bypassPublishers } = derived;
   const maxDownloads = v.num('ARKVORY_MAX_DOWNLOADS');
   const config: Config = {
     role: v.str('ARKVORY_ROLE') as Role,
@@ -105,6 +106,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     rateLimitTimeoutMs: v.num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
     rateLimitBypassPublishers: bypassPublishers,
     advertiseUrl,
+    publicUrl,
     trustedProxies,
     banIpv6PrefixLength: v.num('ARKVORY_BAN_IPV6_PREFIX_LENGTH'),
     rateLimitIpv6PrefixLength: v.num('ARKVORY_RATE_LIMIT_IPV6_PREFIX_LENGTH'),

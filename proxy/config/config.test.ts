@@ -592,3 +592,35 @@ describe('loadConfig', () => {
     expect(loadConfig({ ARKVORY_MAX_CONNECTIONS: '500' }, '/srv').frontDoor.maxConnections).toBe(500);
   });
 });
+
+describe('ARKVORY_PUBLIC_URL', () => {
+  it('is kept as its origin and path without a trailing slash', () => {
+    expect(loadConfig({}).publicUrl).toBeUndefined();
+    expect(loadConfig({ ARKVORY_PUBLIC_URL: 'https://Tools.Example.com:443/' }).publicUrl).toBe(
+      'https://tools.example.com',
+    );
+    expect(loadConfig({ ARKVORY_PUBLIC_URL: 'http://tools.example.com:8080/arkvory/' }).publicUrl).toBe(
+      'http://tools.example.com:8080/arkvory',
+    );
+    expect(loadConfig({ ARKVORY_PUBLIC_URL: 'https://[2001:db8::1]/a/b' }).publicUrl).toBe('https://[2001:db8::1]/a/b');
+  });
+
+  it('refuses user info, a query, a fragment, another scheme and a path that is not plain segments', () => {
+    for (const value of [
+      'https://user:pw@tools.example.com',
+      'https://tools.example.com/?x=1',
+      'https://tools.example.com/?',
+      'https://tools.example.com/#top',
+      'ftp://tools.example.com',
+      'tools.example.com',
+      'https://tools.example.com/a/%2E%2E/b',
+      'https://tools.example.com/a%2Fb',
+      'https://tools.example.com//a',
+    ]) {
+      const problems = problemsOf({ ARKVORY_PUBLIC_URL: value });
+      expect(problems, value).toHaveLength(1);
+      expect(problems[0], value).toMatch(/^ARKVORY_PUBLIC_URL: /);
+      expect(problems[0], value).not.toContain('pw@');
+    }
+  });
+});

@@ -5,6 +5,7 @@
  */
 import { parseBackendList, parseOrigin } from '../router/backend-url.ts';
 import { parseTrustedProxies } from '../router/forwarded.ts';
+import { parsePublicUrl } from '../server/public-base.ts';
 import { parseS3Url, S3_MAX_MULTIPART_BYTES } from '../../storage-adapter/s3/s3-location.ts';
 import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import { isPlaceholderSecret } from './placeholder-secrets.ts';
@@ -79,7 +80,7 @@ export function checkSharedProfile(v: VariableValues): { shared: Config['shared'
   return { shared, sharedFailed };
 }
 
-/** Advertised URL, storage URL (and S3 settings), Redis target, trusted proxies and router backends. */
+/** Advertised URL, public URL, storage URL (and S3 settings), Redis target, trusted proxies and router backends. */
 export function checkEndpoints(
   v: VariableValues,
   shared: Config['shared'],
@@ -89,6 +90,7 @@ export function checkEndpoints(
   s3: S3Config | undefined;
   trustedProxies: string[];
   routerBackends: string[] | undefined;
+  publicUrl: string | undefined;
 } {
   let advertiseUrl: string | undefined;
   let s3: S3Config | undefined;
@@ -186,6 +188,13 @@ export function checkEndpoints(
   // Unset: nobody, in every role. A peer is trusted to name the client only when listed: loopback is
   // not a proxy by itself (any local process, SSH or kubectl port-forward, a TCP tunnel or TLS
   // terminator passes a client's own X-Forwarded-For on from there).
+  let publicUrl: string | undefined;
+  const publicText = v.optStr('ARKVORY_PUBLIC_URL');
+  if (publicText !== undefined) {
+    const parsed = parsePublicUrl(publicText);
+    if (parsed.ok) publicUrl = parsed.value;
+    else v.problems.push(`ARKVORY_PUBLIC_URL: ${parsed.problem}`);
+  }
   const trusted = parseTrustedProxies(v.optStr('ARKVORY_TRUSTED_PROXIES'));
   if (trusted.ok) trustedProxies = trusted.value;
   else v.problems.push(`ARKVORY_TRUSTED_PROXIES: ${trusted.problem}`);
@@ -207,7 +216,7 @@ export function checkEndpoints(
       'ARKVORY_ROLE: "router" finds its gateways in the lease table (set ARKVORY_DATABASE_URL) or in a static list (set ARKVORY_ROUTER_BACKENDS)',
     );
   }
-  return { advertiseUrl, s3, trustedProxies, routerBackends };
+  return { advertiseUrl, s3, trustedProxies, routerBackends, publicUrl };
 }
 
 /** ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: principal names, deduplicated. */

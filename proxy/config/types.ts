@@ -73,6 +73,8 @@ export interface Config {
   readonly rateLimitBypassPublishers: readonly string[];
   /** Origin recorded with the lease for routers (shared profile). */
   readonly advertiseUrl: string | undefined;
+  /** ARKVORY_PUBLIC_URL as `parsePublicUrl` gives it (origin and path, no trailing slash); undefined: from each request. */
+  readonly publicUrl: string | undefined;
   /** Validated ARKVORY_TRUSTED_PROXIES entries; compile with `createTrustedProxies`. */
   readonly trustedProxies: readonly string[];
   /** ARKVORY_BAN_IPV6_PREFIX_LENGTH: the IPv6 prefix an `auth_failure` ban covers. */

@@ -326,6 +326,11 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Shared profile: the origin (`http://10.0.0.5:8080`, no path) at which routers reach this gateway; recorded with its lease. Unset: routers reading the leases skip this gateway.',
   },
   {
+    name: 'ARKVORY_PUBLIC_URL',
+    kind: { type: 'url', protocols: ['http:', 'https:'] },
+    doc: "Where clients reach the gateways (`https://tools.example.com`, or with the path a proxy publishes them under, `https://tools.example.com/arkvory`; no user info, query or fragment): the origin and path prefix of pre-signed links' `url`, of multipart session URLs (`url`, `Location`, `contentUrl`: the prefix) and of the console's redirect and cookie path (the prefix), whatever a request's Host, `X-Forwarded-Host` or `X-Forwarded-Prefix` says. Unset: from each request: its Host (over HTTP/2 `:authority`), or a trusted proxy's `X-Forwarded-Host` (else its `Forwarded` `host=`), its scheme (ARKVORY_TRUSTED_PROXIES) and a trusted proxy's `X-Forwarded-Prefix`. Set it wherever clients may reach a gateway with a Host of their choosing (docs/clients.md, \"Pre-signed links\").",
+  },
+  {
     name: 'ARKVORY_TRUSTED_PROXIES',
     kind: { type: 'string' },
     doc: "Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` (or, from a proxy that sends only `Forwarded`, its `for=` nodes) is believed for the client address, and whose word on the client's scheme counts (the last `X-Forwarded-Proto` entry, else its own `Forwarded` element's `proto=`: the console cookie's `Secure`, pre-signed links' origin, ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS, the server spans' `url.scheme`; anyone else's is ignored), and whose `traceparent` sampled flag tracing follows (a router's sampling decision; docs/tracing.md), or `none`. Unset: nobody, in every role; loopback is not trusted by itself (any local process, a port-forward or a TCP tunnel connects from there), so a router, nginx or HAProxy on the gateway's own host is listed too (`127.0.0.1,::1`). A gateway warns once per untrusted peer that sends forwarding headers, and `arkvory doctor` reports it (docs/router.md).",

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { PolicyError } from '../../policy/errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { page } from './console-http.ts';
+import { publicBase, type PublicBaseOptions } from '../server/public-base.ts';
 
 const STATIC_DIR = new URL('./static/', import.meta.url);
 const ASSETS: Record<string, string> = {
@@ -11,7 +12,8 @@ const ASSETS: Record<string, string> = {
   'console.css': 'text/css; charset=utf-8',
 };
 
-export async function assetRoutes(): Promise<Route[]> {
+/** `base`: where browsers reach the gateway; the redirect to the page keeps its path prefix. */
+export async function assetRoutes(base: PublicBaseOptions): Promise<Route[]> {
   const assets = new Map<string, Buffer>();
   for (const name of Object.keys(ASSETS)) assets.set(name, await readFile(new URL(name, STATIC_DIR)));
   const sendAsset = (ctx: RequestContext, name: string) => {
@@ -24,8 +26,10 @@ export async function assetRoutes(): Promise<Route[]> {
     ctx.res.end(ctx.req.method === 'HEAD' ? undefined : body);
   };
   return [
-    page(['GET', 'HEAD'], '/console', async ({ res }) => {
-      res.writeHead(308, { location: '/console/', 'content-length': 0 }).end();
+    // Behind a path prefix (ARKVORY_PUBLIC_URL's, or a trusted proxy's X-Forwarded-Prefix) the page is
+    // at <prefix>/console/; the page itself names its assets and its API relative to its own URL.
+    page(['GET', 'HEAD'], '/console', async ({ req, res }) => {
+      res.writeHead(308, { location: `${publicBase(req, base).prefix}/console/`, 'content-length': 0 }).end();
     }),
     page(['GET', 'HEAD'], '/console/', async (ctx) => sendAsset(ctx, 'index.html')),
     page(['GET', 'HEAD'], '/console/static/:file', async (ctx) => {

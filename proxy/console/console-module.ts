@@ -107,12 +107,13 @@ export function createConsole(
     },
     async routes({ registry }) {
       return [
-        ...(await assetRoutes()),
+        ...(await assetRoutes({ trusted, publicUrl: config.publicUrl })),
         ...sessionRoutes({
           sessions,
           sessionOf: (ctx) => sessionOf.get(ctx),
           authenticate: deps.authenticate,
           trusted,
+          publicUrl: config.publicUrl,
         }),
         statusRoute(services, samples),
         ...(await ruleRoutes(registry, config.rateLimitBypassPublishers)),

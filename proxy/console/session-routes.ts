@@ -9,6 +9,7 @@ import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { audited, isHttps, page } from './console-http.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
+import { publicBase } from '../server/public-base.ts';
 import {
   clearedSessionCookie,
   type ConsoleSession,
@@ -27,8 +28,11 @@ export function sessionRoutes(deps: {
   authenticate(authorization: string): Promise<Principal>;
   /** ARKVORY_TRUSTED_PROXIES: only they say the browser's scheme (its cookie's name and `Secure`). */
   trusted: TrustedProxies;
+  /** ARKVORY_PUBLIC_URL: its path prefix, else a trusted proxy's, is the plain-HTTP cookie's path. */
+  publicUrl?: string | undefined;
 }): Route[] {
   const { sessions } = deps;
+  const prefixOf = (ctx: RequestContext) => publicBase(ctx.req, deps).prefix;
   const sessionBody = (session: ConsoleSession) => ({
     principal: { id: session.principalId, name: session.principalName },
     csrfToken: session.csrfToken,
@@ -51,7 +55,7 @@ export function sessionRoutes(deps: {
         ctx.res,
         201,
         { signedIn: true, ...sessionBody(session) },
-        { 'set-cookie': sessionCookie(session.id, isHttps(ctx.req, deps.trusted)) },
+        { 'set-cookie': sessionCookie(session.id, isHttps(ctx.req, deps.trusted), prefixOf(ctx)) },
       );
     }),
     // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a
@@ -78,7 +82,7 @@ export function sessionRoutes(deps: {
       await sessions.delete(deps.sessionOf(ctx)!.id);
       ctx.res
         .writeHead(204, {
-          'set-cookie': clearedSessionCookie(isHttps(ctx.req, deps.trusted)),
+          'set-cookie': clearedSessionCookie(isHttps(ctx.req, deps.trusted), prefixOf(ctx)),
           'cache-control': 'no-store',
         })
         .end();

@@ -240,18 +240,21 @@ export function readSessionId(header: string | undefined, secure: boolean): stri
 
 /**
  * `Set-Cookie` for a session: HttpOnly, SameSite=Strict. Over https `__Host-…; Path=/; Secure` (the
- * prefix demands Path=/); over plain HTTP the plain name, only under /console. No Max-Age or Expires:
- * the browser keeps it in memory only, so closing it signs out (a persistent cookie was written to the
- * profile on disk and resumed by whoever opened the browser next); the table ends it at its bounds.
+ * prefix demands Path=/); over plain HTTP the plain name, only under the console: `<prefix>/console`,
+ * `prefix` being the path the browser reaches the gateway under (`/arkvory` behind a proxy that
+ * publishes it there, else ''), since a browser sends a cookie only to paths under its Path. No
+ * Max-Age or Expires: the browser keeps it in memory only, so closing it signs out (a persistent
+ * cookie was written to the profile on disk and resumed by whoever opened the browser next); the
+ * table ends it at its bounds.
  */
-export function sessionCookie(id: string, secure: boolean): string {
-  return `${sessionCookieName(secure)}=${id}; ${cookieScope(secure)}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`;
+export function sessionCookie(id: string, secure: boolean, prefix = ''): string {
+  return `${sessionCookieName(secure)}=${id}; ${cookieScope(secure, prefix)}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`;
 }
 
-export function clearedSessionCookie(secure: boolean): string {
-  return `${sessionCookieName(secure)}=; ${cookieScope(secure)}; HttpOnly; SameSite=Strict; Max-Age=0${secure ? '; Secure' : ''}`;
+export function clearedSessionCookie(secure: boolean, prefix = ''): string {
+  return `${sessionCookieName(secure)}=; ${cookieScope(secure, prefix)}; HttpOnly; SameSite=Strict; Max-Age=0${secure ? '; Secure' : ''}`;
 }
 
-function cookieScope(secure: boolean): string {
-  return secure ? 'Path=/' : 'Path=/console';
+function cookieScope(secure: boolean, prefix: string): string {
+  return secure ? 'Path=/' : `Path=${prefix}/console`;
 }

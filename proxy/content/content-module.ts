@@ -117,6 +117,7 @@ export async function openContentModule(
           catalog,
           maxExpiresSeconds: config.presignMaxExpiresSeconds,
           trusted: createTrustedProxies(config.trustedProxies),
+          publicUrl: config.publicUrl,
         })
       : []),
     ...cacheAdminRoutes({ pool: services.pool, catalog, sliceCache: () => caches.sliceCache() }),

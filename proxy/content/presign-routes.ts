@@ -11,31 +11,22 @@ import { StorageError } from '../../storage-adapter/errors.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
-import type { RequestContext, Route } from '../server/route-types.ts';
+import type { Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
-import { forwardedPrefix, requestScheme, type TrustedProxies } from '../router/forwarded.ts';
+import type { TrustedProxies } from '../router/forwarded.ts';
+import { publicBase } from '../server/public-base.ts';
 
 /** Lifetime of a link whose request names none. */
 export const DEFAULT_LINK_SECONDS = 3600;
-
-/**
- * The origin the client used: Host (kept by the router), or over HTTP/2 `:authority`, which stands
- * for it there (curl and browsers send no Host), and the scheme it arrived with (`requestScheme`:
- * this listener's, or what a trusted proxy in front says, never the client).
- */
-function requestOrigin(ctx: RequestContext, trusted: TrustedProxies): string {
-  const authority = ctx.req.headers[':authority'];
-  const host = ctx.req.headers.host ?? (typeof authority === 'string' ? authority : undefined);
-  const proto = requestScheme(ctx.req, trusted).scheme;
-  return host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(host) ? `${proto}://${host}` : '';
-}
 
 export function presignRoutes(deps: {
   links: PresignedLinks;
   catalog: Catalog;
   maxExpiresSeconds: number;
-  /** ARKVORY_TRUSTED_PROXIES: only they say the client's scheme and the path prefix they publish us under. */
+  /** ARKVORY_TRUSTED_PROXIES: only they say the client's host, scheme and the path prefix they publish us under. */
   trusted: TrustedProxies;
+  /** ARKVORY_PUBLIC_URL: where clients reach the gateways, whatever a request says; undefined: from each request. */
+  publicUrl?: string | undefined;
 }): Route[] {
   return ARTIFACT_KINDS.map((kind) => ({
     methods: ['POST'],
@@ -58,10 +49,12 @@ export function presignRoutes(deps: {
         lifetime.seconds,
         key.repository,
       );
-      // A trusted proxy's path prefix goes in the URL only: the signature covers the path this
-      // gateway sees (and checks), which the proxy reaches by stripping the prefix again.
+      // The origin and a path prefix (ARKVORY_PUBLIC_URL's, or a trusted proxy's) go in the URL
+      // only: the signature covers the path this gateway sees (and checks), which the proxy reaches
+      // by stripping the prefix again.
+      const base = publicBase(ctx.req, deps);
       sendJson(ctx.res, 201, {
-        url: `${requestOrigin(ctx, deps.trusted)}${forwardedPrefix(ctx.req, deps.trusted)}${link.pathAndQuery}`,
+        url: `${base.origin}${base.prefix}${link.pathAndQuery}`,
         path: link.pathAndQuery,
         expiresAt: link.expiresAt.toISOString(),
         methods: ['GET', 'HEAD'],

@@ -17,10 +17,18 @@ import type { RequestContext, Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import { ClientBody } from '../store-health/client-body.ts';
 import type { ContentMeters } from '../content/content-routes.ts';
+import { publicBase, type PublicBaseOptions } from '../server/public-base.ts';
 
 const SESSION = '/api/v1/repositories/:repo/uploads/:upload';
 
-function sessionBody(s: UploadSession): Record<string, unknown> {
+/**
+ * A session as answered. Its `url` (also the Location of a start and a completion) and the
+ * artifact's `contentUrl` are paths on the client's origin, under the path prefix it reaches the
+ * gateway by (ARKVORY_PUBLIC_URL's, or a trusted proxy's X-Forwarded-Prefix): `arkvory put` joins
+ * `url` to the origin it was given, so a session opened through a proxy at /arkvory/ is sent its
+ * parts there too.
+ */
+function sessionBody(s: UploadSession, prefix: string): Record<string, unknown> {
   return {
     upload: s.id,
     state: s.state,
@@ -34,9 +42,9 @@ function sessionBody(s: UploadSession): Record<string, unknown> {
     error: s.error,
     artifact:
       s.state === 'done'
-        ? { sha256: s.resultSha256, sizeBytes: s.resultSize, contentUrl: `${pathOfKey(s.key)}/content` }
+        ? { sha256: s.resultSha256, sizeBytes: s.resultSize, contentUrl: `${prefix}${pathOfKey(s.key)}/content` }
         : null,
-    url: `/api/v1/repositories/${encodeURIComponent(s.key.repository)}/uploads/${s.id}`,
+    url: `${prefix}/api/v1/repositories/${encodeURIComponent(s.key.repository)}/uploads/${s.id}`,
   };
 }
 
@@ -59,8 +67,11 @@ export function multipartRoutes(deps: {
   meters?: ContentMeters;
   /** Storage quotas: parts are reserved as they arrive, a declared size checked at start; absent → none checked. */
   quotas?: StorageQuotas | undefined;
+  /** Where clients reach the gateway: the path prefix of the session URLs answered. */
+  base: PublicBaseOptions;
 }): Route[] {
   const { sessions } = deps;
+  const prefixOf = (ctx: RequestContext) => publicBase(ctx.req, deps.base).prefix;
   const writable = <T>(f: T): T => {
     if (!deps.writable) throw new GatewayError('read_only', undefined, { headers: { allow: 'GET, HEAD' } });
     return f;
@@ -99,7 +110,7 @@ export function multipartRoutes(deps: {
         ...(sha256 !== undefined ? { expectedSha256: sha256 as string } : {}),
         principalId,
       });
-      const out = sessionBody(session);
+      const out = sessionBody(session, prefixOf(ctx));
       sendJson(ctx.res, 201, out, { location: out.url as string });
     },
   }));
@@ -109,7 +120,7 @@ export function multipartRoutes(deps: {
       template: SESSION,
       access: 'write',
       async handle(ctx) {
-        sendJson(ctx.res, 200, sessionBody(await sessions.get(scopeOf(ctx), ctx.params.upload!)));
+        sendJson(ctx.res, 200, sessionBody(await sessions.get(scopeOf(ctx), ctx.params.upload!), prefixOf(ctx)));
       },
     },
     {
@@ -213,13 +224,8 @@ export function multipartRoutes(deps: {
             };
           },
         });
-        const session = await sessions.get(scopeOf(ctx), upload);
-        sendJson(
-          ctx.res,
-          202,
-          { ...sessionBody(session), job: job.jobId, totalBytes: job.totalBytes },
-          { location: sessionBody(session).url as string },
-        );
+        const out = sessionBody(await sessions.get(scopeOf(ctx), upload), prefixOf(ctx));
+        sendJson(ctx.res, 202, { ...out, job: job.jobId, totalBytes: job.totalBytes }, { location: out.url as string });
       },
     },
   );

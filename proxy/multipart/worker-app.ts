@@ -11,6 +11,7 @@ import type { ContentMeters } from '../content/content-routes.ts';
 import type { Services } from '../server/services.ts';
 import { openStore, rotatedConfig } from '../content/storage.ts';
 import { registerUploadMetrics } from '../metrics/upload-metrics.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 
 function multipartLimits(services: Services): MultipartLimits {
   return { maxUploadBytes: services.config.maxUploadBytes, ...services.config.multipart };
@@ -64,6 +65,10 @@ export async function startMultipart(
       writable: store.writable,
       meters,
       quotas: store.writable ? createStorageQuotas(services.pool) : undefined,
+      base: {
+        trusted: createTrustedProxies(services.config.trustedProxies),
+        publicUrl: services.config.publicUrl,
+      },
     }),
   };
 }

@@ -284,6 +284,64 @@ function schemeSaidByProxy(headers: IncomingHttpHeaders): Scheme | undefined {
   return entries.length > 0 ? schemeOf(entries.at(-1)) : forwarded;
 }
 
+/**
+ * Whether `text` can stand as a URL's authority: a host name (letters, digits, `-`, dot-separated,
+ * a trailing dot allowed), an IPv4 address or a bracketed IPv6 one, and an optional port; at most
+ * 255 characters. No user info, path, blank or anything a URL would read otherwise.
+ */
+export function isAuthorityText(text: string): boolean {
+  return (
+    text.length <= 255 &&
+    /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/.test(
+      text,
+    )
+  );
+}
+
+/** `host=` of the last element of `Forwarded` (the sending proxy's own), as sent (unquoted). */
+function lastForwardedHost(value: string | string[] | undefined): string | undefined {
+  const text = headerText(value);
+  if (text === undefined) return undefined;
+  const elements = splitOutsideQuotes(text, ',');
+  for (const pair of splitOutsideQuotes(elements.at(-1)!, ';')) {
+    const eq = pair.indexOf('=');
+    if (eq < 0 || pair.slice(0, eq).trim().toLowerCase() !== 'host') continue;
+    return parameterValue(pair.slice(eq + 1).trim());
+  }
+  return undefined;
+}
+
+/** The last entry of `X-Forwarded-Host` (the one its sender wrote), trimmed; undefined without one. */
+export function lastForwardedHostEntry(value: string | string[] | undefined): string | undefined {
+  const entries = (headerText(value) ?? '').split(',').map((entry) => entry.trim());
+  const last = entries.at(-1);
+  return last === undefined || last === '' ? undefined : last;
+}
+
+/**
+ * The host (and port) a trusted proxy says its client asked for, to name the origin of the links
+ * made for it: the last entry of its `X-Forwarded-Host`, or its own (the last) `Forwarded`
+ * element's `host=`. Only the socket peer's word when it is a trusted proxy, as for
+ * `requestScheme`: a client must not choose the host of the links made for it. When the proxy sends
+ * both and they differ (one of them its client's, passed on by a proxy that sets only the other),
+ * neither is believed; nor is a value that is no plain authority (`isAuthorityText`). Undefined
+ * then, and the request's own Host stands.
+ */
+export function forwardedHost(
+  req: Pick<IncomingMessage, 'socket' | 'headers'>,
+  trusted: TrustedProxies,
+): string | undefined {
+  const { headers } = req;
+  if (headers['x-forwarded-host'] === undefined && headers.forwarded === undefined) return undefined;
+  if (!trusted.isTrusted(req.socket?.remoteAddress ?? '')) return undefined;
+  const fromXfh = lastForwardedHostEntry(headers['x-forwarded-host']);
+  const fromForwarded = lastForwardedHost(headers.forwarded);
+  if (fromXfh !== undefined && fromForwarded !== undefined && fromXfh.toLowerCase() !== fromForwarded.toLowerCase())
+    return undefined;
+  const host = fromXfh ?? fromForwarded;
+  return host !== undefined && isAuthorityText(host) ? host : undefined;
+}
+
 /** The longest `X-Forwarded-Prefix` taken: a prefix is a few path segments. */
 const MAX_FORWARDED_PREFIX_LENGTH = 256;
 
@@ -397,7 +455,9 @@ export function buildUpstreamHeaders(input: ForwardingInput, cache?: HopCache): 
   // As a gateway reads it (requestScheme): a proxy's last X-Forwarded-Proto entry, else its own
   // Forwarded element's proto=; anything but http/https leaves the router's own listener's scheme.
   const proto = (fromProxy && schemeSaidByProxy(headers)) || (input.encrypted ? 'https' : 'http');
-  const host = (fromProxy && headerText(headers['x-forwarded-host'])) || headerText(headers.host);
+  // A trusted proxy's word on the host is the entry it wrote itself (the last), as a gateway reads it
+  // (forwardedHost): a whole list would reach the gateway as a Forwarded `host=` no entry matches.
+  const host = (fromProxy && lastForwardedHostEntry(headers['x-forwarded-host'])) || headerText(headers.host);
   let element: string;
   // The element of a connection's Host is kept: building it again gives the same text.
   // Stryker disable next-line ConditionalExpression,BooleanLiteral: equivalent: a skipped or a proxy's (never stored) cached element is built again the same

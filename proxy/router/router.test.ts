@@ -11,6 +11,7 @@ import {
   clientAddressFrom,
   createTrustedProxies,
   forwardedForNodes,
+  forwardedHost,
   forwardedPrefix,
   forwardingHops,
   normalizeAddress,
@@ -680,6 +681,51 @@ describe('forwardedPrefix: the path a trusted proxy publishes the gateway under'
   });
 });
 
+describe('forwardedHost: the host a trusted proxy says its client asked for', () => {
+  const trusted = createTrustedProxies(['10.0.0.1']);
+  const host = (peer: string, headers: IncomingHttpHeaders) =>
+    forwardedHost(
+      { socket: { remoteAddress: peer }, headers } as unknown as Parameters<typeof forwardedHost>[0],
+      trusted,
+    );
+
+  it("is the last entry of a trusted proxy's X-Forwarded-Host, else its own Forwarded element's host=", () => {
+    expect(host('10.0.0.1', { 'x-forwarded-host': 'tools.example.com' })).toBe('tools.example.com');
+    expect(host('10.0.0.1', { 'x-forwarded-host': 'evil.example, tools.example.com:8443 ' })).toBe(
+      'tools.example.com:8443',
+    );
+    expect(
+      host('10.0.0.1', { forwarded: 'for=192.0.2.1;host=evil.example, for=192.0.2.7;host="[2001:db8::1]:8443"' }),
+    ).toBe('[2001:db8::1]:8443');
+    expect(host('10.0.0.1', { forwarded: 'for=192.0.2.7;host=a.example', 'x-forwarded-host': 'A.example' })).toBe(
+      'A.example',
+    );
+    expect(host('10.0.0.1', {})).toBeUndefined();
+    expect(host('10.0.0.1', { forwarded: 'for=192.0.2.7;proto=https' })).toBeUndefined();
+  });
+
+  it('is nothing from a peer that is no trusted proxy, when the two headers disagree, or when it is no plain authority', () => {
+    expect(host('192.0.2.9', { 'x-forwarded-host': 'evil.example' })).toBeUndefined();
+    expect(host('192.0.2.9', { forwarded: 'for=192.0.2.7;host=evil.example' })).toBeUndefined();
+    expect(
+      host('10.0.0.1', { forwarded: 'for=192.0.2.7;host=tools.example.com', 'x-forwarded-host': 'evil.example' }),
+    ).toBeUndefined();
+    for (const value of [
+      'evil.example/x',
+      'user@evil.example',
+      'evil.example:',
+      'evil.example:123456',
+      'evil .example',
+      '-evil.example',
+      '[evil]',
+      'evil.example?',
+      'tools.example.com,',
+      `${'a'.repeat(250)}.example`,
+    ])
+      expect(host('10.0.0.1', { 'x-forwarded-host': value }), value).toBeUndefined();
+  });
+});
+
 describe('buildUpstreamHeaders', () => {
   const none = createTrustedProxies([]);
   /** A raw head (`req.rawHeaders`) and the object node:http parses from it (`req.headers`). */
@@ -809,6 +855,20 @@ describe('buildUpstreamHeaders', () => {
       'x-request-id',
       'r',
     ]);
+  });
+
+  it("passes on the entry a trusted proxy wrote itself (the last) of its X-Forwarded-Host, the same in Forwarded's host=", () => {
+    const trusted = createTrustedProxies(['127.0.0.2']);
+    const out = buildUpstreamHeaders({
+      ...head(['host', 'internal:8080', 'X-Forwarded-Host', 'evil.example, tools.example.com']),
+      remoteAddress: '127.0.0.2',
+      encrypted: false,
+      trusted,
+      requestId: 'r',
+    });
+    const sent = (name: string) => out[out.indexOf(name) + 1];
+    expect(sent('x-forwarded-host')).toBe('tools.example.com');
+    expect(sent('forwarded')).toBe('for=127.0.0.2;proto=http;host=tools.example.com');
   });
 
   it("carries a trusted proxy's Forwarded-only chain into X-Forwarded-For, so both name the same hops", () => {

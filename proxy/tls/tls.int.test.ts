@@ -1055,7 +1055,7 @@ function exchangeFrom(
   localAddress: string,
   url: string,
   options: { method?: string; headers?: Record<string, string>; body?: string | Buffer } = {},
-): Promise<{ status: number; setCookie: string; body: string }> {
+): Promise<{ status: number; setCookie: string; location: string | undefined; body: string }> {
   const { request } = url.startsWith('https:') ? https : http;
   return new Promise((resolve, reject) => {
     const req = request(
@@ -1068,6 +1068,7 @@ function exchangeFrom(
           resolve({
             status: res.statusCode ?? 0,
             setCookie: (res.headers['set-cookie'] ?? []).join('\n'),
+            location: res.headers.location,
             body: Buffer.concat(chunks).toString(),
           }),
         );
@@ -1222,6 +1223,174 @@ describe('the scheme a request arrived with, over plain HTTP: one rule for the c
     });
     expect(untrusted.status).toBe(201);
     expect((JSON.parse(untrusted.body) as { url: string }).url).toMatch(new RegExp(`^${base}${target}/content\\?`));
+  });
+
+  it("a trusted proxy's X-Forwarded-Host (else its own Forwarded element's host=) names the links' host; a client's own, or one the proxy contradicts, does not", async () => {
+    // A proxy that reaches the gateway by its own address (nginx's default Host is $proxy_host)
+    // and names its client's host in X-Forwarded-Host.
+    const linkFrom = async (peer: string, headers: Record<string, string>) =>
+      (await cookieAndLink(peer, base, target, admin.key, { 'x-forwarded-proto': 'https', ...headers })).url;
+    const link = new RegExp(`^https://tools\\.example\\.com:8443${target}/content\\?X-Arkvory-Key=`);
+    expect(await linkFrom(TRUSTED_PROXY, { 'x-forwarded-host': 'tools.example.com:8443' })).toMatch(link);
+    // Its own entry is the last one; entries further left are what its client sent.
+    expect(await linkFrom(TRUSTED_PROXY, { 'x-forwarded-host': 'evil.example, tools.example.com:8443' })).toMatch(link);
+    expect(
+      await linkFrom(TRUSTED_PROXY, { forwarded: 'for=192.0.2.7;host="tools.example.com:8443";proto=https' }),
+    ).toMatch(link);
+    expect(
+      await linkFrom(TRUSTED_PROXY, {
+        forwarded: 'for=192.0.2.7;proto=https;host=tools.example.com:8443',
+        'x-forwarded-host': 'TOOLS.example.com:8443',
+      }),
+    ).toMatch(/^https:\/\/TOOLS\.example\.com:8443\//);
+    // The gateway's own origin stands for: a client's X-Forwarded-Host or Forwarded host=, a proxy whose
+    // two headers disagree (one of them its client's, passed on), and a value that is no host.
+    const own = new RegExp(`^https://127\\.0\\.0\\.1:${gw.port}${target}/content\\?`);
+    for (const headers of [
+      { 'x-forwarded-host': 'evil.example' } as Record<string, string>,
+      { forwarded: 'for=192.0.2.7;host=evil.example;proto=https' },
+    ])
+      expect(await linkFrom(UNTRUSTED_PEER, headers), JSON.stringify(headers)).toMatch(
+        new RegExp(`^http://127\\.0\\.0\\.1:${gw.port}${target}/content\\?`),
+      );
+    for (const headers of [
+      { forwarded: 'for=192.0.2.7;host=tools.example.com;proto=https', 'x-forwarded-host': 'evil.example' } as Record<
+        string,
+        string
+      >,
+      { 'x-forwarded-host': 'evil.example/phish?' },
+      { 'x-forwarded-host': 'user@evil.example' },
+      { 'x-forwarded-host': 'evil.example:99999999' },
+    ])
+      expect(await linkFrom(TRUSTED_PROXY, headers), JSON.stringify(headers)).toMatch(own);
+  });
+
+  it("multipart session URLs (url, Location) honour a trusted proxy's prefix (a real nginx at /arkvory/), and the session is reached through it; anyone else's is ignored", async () => {
+    const proxy = await startHeaderLoggingProxy(base, { pathPrefix: '/arkvory/', forwardedPrefix: true });
+    const multipartTarget = `/api/v1/repositories/${REPO}/artifacts/prefixed-multipart.bin`;
+    try {
+      // The owner writes: a session opened through the proxy is named, and reached, under its prefix.
+      const opened = await exchangeFrom('127.0.0.1', `${proxy.url}/arkvory${multipartTarget}/uploads`, {
+        method: 'POST',
+        headers: { ...bearer(owner.key), 'content-type': 'application/json' },
+        body: '{}',
+      });
+      expect(opened.status, opened.body).toBe(201);
+      const session = JSON.parse(opened.body) as { url: string; upload: string };
+      expect(session.url).toBe(`/arkvory/api/v1/repositories/${REPO}/uploads/${session.upload}`);
+      expect(opened.location).toBe(session.url);
+      const polled = await exchangeFrom('127.0.0.1', `${proxy.url}${session.url}`, { headers: bearer(owner.key) });
+      expect(polled.status, polled.body).toBe(200);
+      expect((JSON.parse(polled.body) as { url: string }).url).toBe(session.url);
+      const aborted = await exchangeFrom('127.0.0.1', `${proxy.url}${session.url}`, {
+        method: 'DELETE',
+        headers: bearer(owner.key),
+      });
+      expect(aborted.status, aborted.body).toBeLessThan(300);
+    } finally {
+      await proxy.stop();
+    }
+    // A peer that is no trusted proxy names no prefix, whatever it sends.
+    const untrusted = await exchangeFrom(UNTRUSTED_PEER, `${base}${multipartTarget}/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(owner.key), 'content-type': 'application/json', 'x-forwarded-prefix': '/arkvory' },
+      body: '{}',
+    });
+    expect(untrusted.status, untrusted.body).toBe(201);
+    const own = JSON.parse(untrusted.body) as { url: string };
+    expect(own.url).toMatch(/^\/api\/v1\/repositories\//);
+    expect(untrusted.location).toBe(own.url);
+    await exchangeFrom(UNTRUSTED_PEER, `${base}${own.url}`, { method: 'DELETE', headers: bearer(owner.key) });
+  });
+
+  it("the console behind a trusted proxy's prefix (a real nginx at /arkvory/): its redirect, its assets and its plain-HTTP cookie's path are under the prefix; anyone else's is ignored", async () => {
+    const proxy = await startHeaderLoggingProxy(base, { pathPrefix: '/arkvory/', forwardedPrefix: true });
+    try {
+      const redirect = await exchangeFrom('127.0.0.1', `${proxy.url}/arkvory/console`);
+      expect([redirect.status, redirect.location]).toEqual([308, '/arkvory/console/']);
+      const page = await exchangeFrom('127.0.0.1', `${proxy.url}/arkvory/console/`);
+      const assets = [...page.body.matchAll(/(?:href|src)="([^"]+)"/g)].map((m) => m[1]!);
+      expect(assets).toHaveLength(2);
+      for (const asset of assets) {
+        const got = await exchangeFrom('127.0.0.1', new URL(asset, `${proxy.url}/arkvory/console/`).toString());
+        expect([asset, got.status]).toEqual([asset, 200]);
+      }
+      const signIn = await exchangeFrom('127.0.0.1', `${proxy.url}/arkvory/console/session`, {
+        method: 'POST',
+        headers: bearer(admin.key),
+      });
+      expect(signIn.status, signIn.body).toBe(201);
+      expect(signIn.setCookie).toMatch(/^arkvory_console=[^;]+; Path=\/arkvory\/console; HttpOnly/);
+    } finally {
+      await proxy.stop();
+    }
+    const redirect = await exchangeFrom(UNTRUSTED_PEER, `${base}/console`, {
+      headers: { 'x-forwarded-prefix': '/arkvory' },
+    });
+    expect(redirect.location).toBe('/console/');
+    const signIn = await exchangeFrom(UNTRUSTED_PEER, `${base}/console/session`, {
+      method: 'POST',
+      headers: { ...bearer(admin.key), 'x-forwarded-prefix': '/arkvory' },
+    });
+    expect(signIn.setCookie).toMatch(/^arkvory_console=[^;]+; Path=\/console; HttpOnly/);
+  });
+});
+
+describe('ARKVORY_PUBLIC_URL: where clients reach the gateways, whatever a request says', () => {
+  it("names the origin and prefix of pre-signed links, multipart session URLs and the console redirect; a hostile Host, a proxy's X-Forwarded-Host or -Prefix change nothing", async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'], grants: { [REPO]: 'read' } });
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+        ARKVORY_PUBLIC_URL: 'https://tools.example.com/arkvory/',
+      },
+    });
+    try {
+      const base = `http://127.0.0.1:${gw.port}`;
+      const target = await uploadForLinks(base, 'public-url.bin');
+      const presign = (peer: string, headers: Record<string, string>) =>
+        exchangeFrom(peer, `${base}${target}/presign`, {
+          method: 'POST',
+          headers: { ...bearer(admin.key), 'content-type': 'application/json', ...headers },
+          body: '{}',
+        });
+      for (const [peer, headers] of [
+        [UNTRUSTED_PEER, { host: 'evil.example' }],
+        [UNTRUSTED_PEER, { host: 'evil.example', 'x-forwarded-host': 'evil.example', 'x-forwarded-prefix': '/x' }],
+        [
+          '127.0.0.1',
+          { 'x-forwarded-host': 'other.example', 'x-forwarded-proto': 'http', 'x-forwarded-prefix': '/other' },
+        ],
+      ] as const) {
+        const made = await presign(peer, headers);
+        expect(made.status, made.body).toBe(201);
+        const link = JSON.parse(made.body) as { url: string; path: string };
+        expect(link.url, JSON.stringify(headers)).toBe(`https://tools.example.com/arkvory${link.path}`);
+      }
+      const opened = await exchangeFrom(
+        UNTRUSTED_PEER,
+        `${base}/api/v1/repositories/${REPO}/artifacts/pu.bin/uploads`,
+        {
+          method: 'POST',
+          headers: { ...bearer(owner.key), host: 'evil.example', 'content-type': 'application/json' },
+          body: '{}',
+        },
+      );
+      expect(opened.status, opened.body).toBe(201);
+      const session = JSON.parse(opened.body) as { url: string; upload: string };
+      expect([session.url, opened.location]).toEqual([
+        `/arkvory/api/v1/repositories/${REPO}/uploads/${session.upload}`,
+        session.url,
+      ]);
+      await exchangeFrom(UNTRUSTED_PEER, `${base}${session.url.slice('/arkvory'.length)}`, {
+        method: 'DELETE',
+        headers: bearer(owner.key),
+      });
+      expect((await exchangeFrom(UNTRUSTED_PEER, `${base}/console`)).location).toBe('/arkvory/console/');
+    } finally {
+      await gw.stop();
+    }
   });
 });
 

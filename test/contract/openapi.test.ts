@@ -70,7 +70,7 @@ async function registeredRoutes(): Promise<Route[]> {
     ...ceilingAdminRoutes(services),
     ...contentRoutes({ store: unused, catalog: unused, maxUploadBytes: 1 }),
     ...artifactRoutes({ catalog: unused, writable: true, readableRepositories: unused, grant: unused }),
-    ...multipartRoutes({ sessions: unused, maxPartBytes: 1, writable: true }),
+    ...multipartRoutes({ sessions: unused, maxPartBytes: 1, writable: true, base: unused }),
     ...presignRoutes({ links: unused, catalog: unused, maxExpiresSeconds: 1, trusted: unused }),
     ...rateLimitAdminRoutes(unused),
     ...cacheAdminRoutes({ pool: unused, catalog: unused, sliceCache: unused }),

@@ -52,6 +52,15 @@ class ApiError extends Error {
 }
 
 /**
+ * A console path (`/console/api/status`) relative to this page (`api/status`): the page is at
+ * `<prefix>/console/`, so behind a proxy that publishes the gateway under a path the browser asks
+ * that proxy's path, not its root (which is not the gateway's).
+ */
+function consoleUrl(path) {
+  return path.startsWith('/console/') ? path.slice('/console/'.length) : path;
+}
+
+/**
  * JSON call to the console API. State changes carry the session's CSRF token, and so do reads an
  * operator asked for (`asked`): the gateway counts exactly those as use of the session. The timers'
  * polls go without it, so an unattended console idles out (ARKVORY_CONSOLE_IDLE_TIMEOUT_SECONDS).
@@ -60,7 +69,7 @@ async function api(method, path, body, asked = false) {
   const headers = { accept: 'application/json' };
   if (method !== 'GET' || asked) headers['x-csrf-token'] = csrfToken ?? '';
   if (body !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(path, {
+  const res = await fetch(consoleUrl(path), {
     method,
     headers,
     credentials: 'same-origin',
@@ -127,7 +136,7 @@ async function signIn(event) {
   const key = field.value.trim();
   field.value = '';
   $('sign-in-error').textContent = '';
-  const res = await fetch('/console/session', {
+  const res = await fetch(consoleUrl('/console/session'), {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, accept: 'application/json' },
     credentials: 'same-origin',
@@ -1222,7 +1231,7 @@ async function start() {
 async function resume() {
   let session = { signedIn: false };
   try {
-    const res = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' });
+    const res = await fetch(consoleUrl('/console/session'), { credentials: 'same-origin', cache: 'no-store' });
     if (res.ok) session = await res.json();
   } catch {
     signedOut('The gateway could not be reached; reload to try again.');
