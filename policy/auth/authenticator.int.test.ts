@@ -4,7 +4,7 @@
  * falls back to looking ids up. Queries are counted on a real pool (a spy, not a stand-in).
  */
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -254,11 +254,8 @@ describe('the key id of a client certificate', () => {
     ]);
     // A scan in table order, as PostgreSQL picks for a table of many bindings: on a handful of rows
     // it reads the primary key's index, which happens to return them sorted.
-    const scanning = new pg.Pool({
-      connectionString: db.url,
-      max: 2,
-      options: '-c enable_indexscan=off -c enable_bitmapscan=off -c enable_indexonlyscan=off',
-    });
+    const scans = encodeURIComponent('-c enable_indexscan=off -c enable_bitmapscan=off -c enable_indexonlyscan=off');
+    const scanning = openPool(`${db.url}${db.url.includes('?') ? '&' : '?'}options=${scans}`, 2);
     cleanups.push(() => scanning.end());
     const auth = await started(scanning);
     // Each order of the certificate's names is a cache entry of its own, looked up afresh.
