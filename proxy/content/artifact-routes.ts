@@ -7,6 +7,7 @@ import { CURSORS, decodeCursor, pageLimit, pageOf } from '../../policy/auth/page
 import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import { metadataOf } from './metadata.ts';
+import { publicBase, type PublicBaseOptions } from '../server/public-base.ts';
 import { CONTENT_TEMPLATES, keyFromParams } from './paths.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
@@ -22,6 +23,8 @@ export interface ArtifactDeps {
   /** Repositories the principal holds a grant on, and which one. */
   readableRepositories(principalId: string): Promise<string[]>;
   grant(principalId: string, repository: string): Promise<Permission | undefined>;
+  /** Where clients reach the gateway: the path prefix of `contentUrl`; absent → none. */
+  readonly base?: PublicBaseOptions | undefined;
 }
 
 export function artifactRoutes(deps: ArtifactDeps): Route[] {
@@ -76,7 +79,11 @@ export function artifactRoutes(deps: ArtifactDeps): Route[] {
             ctx.res.end();
             return;
           }
-          sendJson(ctx.res, 200, metadataOf(entry), { ...plan.headers, 'cache-control': METADATA_CACHE_CONTROL });
+          const prefix = deps.base ? publicBase(ctx.req, deps.base).prefix : '';
+          sendJson(ctx.res, 200, metadataOf(entry, prefix), {
+            ...plan.headers,
+            'cache-control': METADATA_CACHE_CONTROL,
+          });
         },
       },
       {

@@ -96,6 +96,8 @@ export async function openContentModule(
   );
   const quotas = store.writable ? createStorageQuotas(services.pool) : undefined;
   const catalog = await caches.catalog(createCatalog(services.pool, { sliceBytes: config.sliceCache.sliceBytes }));
+  // Where clients reach the gateway: the origin and path prefix of the URLs its answers name.
+  const base = { trusted: createTrustedProxies(config.trustedProxies), publicUrl: config.publicUrl };
   const routes = [
     ...contentRoutes({
       store,
@@ -104,20 +106,21 @@ export async function openContentModule(
       meters: deps.meters,
       quotas,
       reauthorize: deps.reauthorize,
+      base,
     }),
     ...artifactRoutes({
       catalog,
       writable: store.writable,
       readableRepositories: (id) => deps.readableRepositories(id),
       grant: (id, repo) => deps.grant(id, repo),
+      base,
     }),
     ...(deps.links
       ? presignRoutes({
           links: deps.links,
           catalog,
           maxExpiresSeconds: config.presignMaxExpiresSeconds,
-          trusted: createTrustedProxies(config.trustedProxies),
-          publicUrl: config.publicUrl,
+          ...base,
         })
       : []),
     ...cacheAdminRoutes({ pool: services.pool, catalog, sliceCache: () => caches.sliceCache() }),

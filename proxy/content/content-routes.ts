@@ -3,6 +3,7 @@
  * `PUT` on the base path uploads (streamed, hashed, atomically published, immutable). `GET|HEAD
  * …/packages/{name}/{version}/apt/{file}` streams the asset `{file}` the same way (apt's flat layout).
  */
+import { publicBase, type PublicBaseOptions } from '../server/public-base.ts';
 import { randomBytes } from 'node:crypto';
 import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
@@ -47,6 +48,8 @@ export interface ContentDeps {
    * Absent → not asked again.
    */
   readonly reauthorize?: ((ctx: RequestContext) => undefined | Promise<void>) | undefined;
+  /** Where clients reach the gateway: the path prefix of an upload's Location and `contentUrl`; absent → none. */
+  readonly base?: PublicBaseOptions | undefined;
 }
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
@@ -304,8 +307,9 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     const status = result.outcome === 'created' ? 201 : 200;
     ctx.auditDetails = { outcome: result.outcome, sha256: result.entry.sha256, sizeBytes: result.entry.sizeBytes };
     const headers: Record<string, string> = { etag: `"${result.entry.sha256}"` };
-    if (status === 201) headers.location = pathOfKey(result.entry);
-    sendJson(res, status, metadataOf(result.entry), headers);
+    const prefix = deps.base ? publicBase(req, deps.base).prefix : '';
+    if (status === 201) headers.location = `${prefix}${pathOfKey(result.entry)}`;
+    sendJson(res, status, metadataOf(result.entry, prefix), headers);
   } catch (err) {
     // The rest of the body is unread: close the connection after the answer instead of draining it.
     if (!req.complete && !res.headersSent) res.setHeader('connection', 'close');

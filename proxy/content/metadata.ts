@@ -2,8 +2,11 @@ import type { CatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
 import { formatContentDigest } from './digest.ts';
 import { pathOfKey } from './paths.ts';
 
-/** The JSON shape of one published object (metadata route, upload answers). */
-export function metadataOf(entry: CatalogEntry): Record<string, unknown> {
+/**
+ * The JSON shape of one published object (metadata route, upload answers). `prefix`: the path the
+ * client reaches the gateway under (`publicBase`), before `contentUrl`'s path.
+ */
+export function metadataOf(entry: CatalogEntry, prefix = ''): Record<string, unknown> {
   const names: Record<string, string> =
     entry.kind === 'artifact'
       ? { id: entry.name }
@@ -20,6 +23,6 @@ export function metadataOf(entry: CatalogEntry): Record<string, unknown> {
     contentType: entry.contentType,
     createdAt: new Date(entry.createdAtMs).toISOString(),
     publishedBy: entry.publishedBy,
-    contentUrl: `${pathOfKey(entry)}/content`,
+    contentUrl: `${prefix}${pathOfKey(entry)}/content`,
   };
 }

@@ -1303,6 +1303,33 @@ describe('the scheme a request arrived with, over plain HTTP: one rule for the c
     await exchangeFrom(UNTRUSTED_PEER, `${base}${own.url}`, { method: 'DELETE', headers: bearer(owner.key) });
   });
 
+  it("a whole upload's Location and contentUrl, and an artifact's metadata, carry a trusted proxy's prefix (a real nginx at /arkvory/); anyone else's is ignored", async () => {
+    const proxy = await startHeaderLoggingProxy(base, { pathPrefix: '/arkvory/', forwardedPrefix: true });
+    const uploaded = `/api/v1/repositories/${REPO}/artifacts/prefixed-whole.bin`;
+    const body = Buffer.from('a'.repeat(100));
+    try {
+      const put = await exchangeFrom('127.0.0.1', `${proxy.url}/arkvory${uploaded}`, {
+        method: 'PUT',
+        headers: { ...bearer(owner.key), 'content-digest': contentDigest(body) },
+        body,
+      });
+      expect(put.status, put.body).toBe(201);
+      expect(put.location).toBe(`/arkvory${uploaded}`);
+      const contentUrl = (JSON.parse(put.body) as { contentUrl: string }).contentUrl;
+      expect(contentUrl).toBe(`/arkvory${uploaded}/content`);
+      const metadata = await exchangeFrom('127.0.0.1', `${proxy.url}${put.location}`, { headers: bearer(owner.key) });
+      expect((JSON.parse(metadata.body) as { contentUrl: string }).contentUrl).toBe(contentUrl);
+      const got = await exchangeFrom('127.0.0.1', `${proxy.url}${contentUrl}`, { headers: bearer(owner.key) });
+      expect([got.status, got.body.length]).toEqual([200, 100]);
+    } finally {
+      await proxy.stop();
+    }
+    const direct = await exchangeFrom(UNTRUSTED_PEER, `${base}${uploaded}`, {
+      headers: { ...bearer(owner.key), 'x-forwarded-prefix': '/arkvory' },
+    });
+    expect((JSON.parse(direct.body) as { contentUrl: string }).contentUrl).toBe(`${uploaded}/content`);
+  });
+
   it("the console behind a trusted proxy's prefix (a real nginx at /arkvory/): its redirect, its assets and its plain-HTTP cookie's path are under the prefix; anyone else's is ignored", async () => {
     const proxy = await startHeaderLoggingProxy(base, { pathPrefix: '/arkvory/', forwardedPrefix: true });
     try {
