@@ -366,6 +366,28 @@ export class Authenticator {
   }
 
   /**
+   * The scopes a key still acts with for a transfer that is already running, or undefined once it
+   * does not: the key gone or revoked, its principal disabled, or disabled since the transfer began
+   * and enabled again (`disabledAtMs`, as the transfer's authentication read it: the database's
+   * `disabled_at`, so no gateway clock is compared). Expiry is not checked: a key's expiry was known
+   * when the transfer began, a revocation was not. From the trusted cache at once, like `authenticateNow`.
+   */
+  keyStandingNow(keyId: string, disabledAtMs: number | undefined): MaybePromise<ReadonlySet<Scope> | undefined> {
+    const standing = (entry: KeyEntry | null) =>
+      !entry || entry.revoked || entry.disabled || entry.disabledAtMs !== disabledAtMs ? undefined : entry.scopes;
+    const entry = this.#loadKey(keyId);
+    return isPromise(entry) ? entry.then(standing) : standing(entry);
+  }
+
+  /**
+   * Runs `listener` whenever the caches are cleared: a change that may revoke access was made (or
+   * may have been made while notifications were lost). Transfers already running are asked again then.
+   */
+  onChange(listener: () => void): void {
+    this.#watcher.onInvalidate(listener);
+  }
+
+  /**
    * The principal a verified client certificate is bound to (by one of its SANs, exactly), checked
    * on every request like a key: the cache is the key cache's (same epoch, same 2 s bound), so an
    * unbinding or a disabled principal reaches connections that are already open.

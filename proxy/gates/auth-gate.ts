@@ -4,7 +4,7 @@ import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
-import type { Principal } from '../../policy/auth/principal.ts';
+import type { Principal, Scope } from '../../policy/auth/principal.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
 import type { Lifecycle } from '../server/lifecycle.ts';
@@ -71,6 +71,8 @@ export function createAuthGate(
   return (ctx) => {
     if (ctx.access === 'public') return transport ? checkPublic(ctx, transport) : undefined;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
+    // Before anything is read: a change after this may not be in what admits the request.
+    generationAtGate.set(ctx, auth.cacheGeneration);
     const presigned = links !== undefined && carriesLink(ctx);
     // Before the console's session lookup: a session cookie sent in clear is refused as such even
     // when that transport does not read its name (a `__Host-` one reaching a plain-HTTP hop).
@@ -238,6 +240,7 @@ function admit(
   linkIssuedAtS?: number,
 ): undefined | Promise<void> {
   ctx.principal = principal;
+  if (linkIssuedAtS !== undefined) linksIssuedAt.set(ctx, linkIssuedAtS);
   const needsGrant = ctx.access === 'read' || ctx.access === 'write';
   if (!needsGrant) return decide(ctx, principal, undefined);
   const repo = ctx.params.repo;
@@ -247,6 +250,65 @@ function admit(
       ? auth.grantNow(principal.id, repo)
       : auth.grantForLinkNow(principal.id, repo, linkIssuedAtS);
   return isPromise(grant) ? grant.then((g) => decide(ctx, principal, g)) : decide(ctx, principal, grant);
+}
+
+/** The auth caches' generation when the request reached the auth gate. */
+const generationAtGate = new WeakMap<RequestContext, number>();
+
+/**
+ * Whether the auth caches were cleared since the request reached the auth gate: a change that may
+ * revoke it came meanwhile, possibly before a running transfer could be asked about it.
+ */
+export function changedSinceAuthorized(auth: Authenticator, ctx: RequestContext): boolean {
+  const at = generationAtGate.get(ctx);
+  return at === undefined || at !== auth.cacheGeneration;
+}
+
+/** When the pre-signed link a request was admitted with was made (unix seconds, the database's clock). */
+const linksIssuedAt = new WeakMap<RequestContext, number>();
+
+/**
+ * Asks again whether a request the auth gate admitted may go on (a download that is still running):
+ * throws the gate's refusal (401, 403, 404) once its key was revoked or re-scoped, its principal
+ * disabled (also when enabled again since: `keyStandingNow`), its certificate unbound, or its grant
+ * removed or lowered below what the route needs (for a pre-signed link: removed since the link was
+ * made, even if given again). Not a second authentication: what a credential carried when it was
+ * checked (an expiry, a link's lifetime, the secret) is not asked again, since it was known when the
+ * request began. Answers at once from the trusted cache, else after the database's answer; throws
+ * 503 `unavailable` when that cannot be reached (the caller keeps the transfer and asks again).
+ */
+export function requestStillAuthorized(auth: Authenticator, ctx: RequestContext): undefined | Promise<void> {
+  const principal = ctx.principal;
+  if (principal === undefined || ctx.access === 'public') return undefined;
+  const withScopes = (scopes: ReadonlySet<Scope> | undefined) => {
+    if (scopes === undefined) throw unauthorized();
+    return stillGranted(auth, ctx, principal, scopes);
+  };
+  if (principal.keyId.startsWith('cert:')) {
+    const peer = peerCertificateOf(ctx.req.socket);
+    if (peer.kind !== 'verified') throw unauthorized();
+    const outcome = auth.certificatePrincipalNow(peer.sans);
+    const scopesOf = (o: Awaited<typeof outcome>) =>
+      withScopes(o.ok && o.principal.id === principal.id ? o.principal.scopes : undefined);
+    return isPromise(outcome) ? outcome.then(scopesOf) : scopesOf(outcome);
+  }
+  const scopes = auth.keyStandingNow(principal.keyId, principal.disabledAtMs);
+  return isPromise(scopes) ? scopes.then(withScopes) : withScopes(scopes);
+}
+
+function stillGranted(
+  auth: Authenticator,
+  ctx: RequestContext,
+  principal: Principal,
+  scopes: ReadonlySet<Scope>,
+): undefined | Promise<void> {
+  const current = { ...principal, scopes };
+  if (ctx.access !== 'read' && ctx.access !== 'write') return decide(ctx, current, undefined);
+  const repo = ctx.params.repo!;
+  const issuedAtS = linksIssuedAt.get(ctx);
+  const grant =
+    issuedAtS === undefined ? auth.grantNow(principal.id, repo) : auth.grantForLinkNow(principal.id, repo, issuedAtS);
+  return isPromise(grant) ? grant.then((g) => decide(ctx, current, g)) : decide(ctx, current, grant);
 }
 
 function decide(ctx: RequestContext, principal: Principal, grant: Permission | undefined): undefined {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
-import { LIVE_TRANSFERS_SHOWN, LiveTransfers } from './live-transfers.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import { LIVE_TRANSFERS_SHOWN, LiveTransfers, recheckOnChange } from './live-transfers.ts';
 
 describe('LiveTransfers', () => {
   it('lists a transfer queued, then active with its bytes and age, and forgets it at the end', () => {
@@ -53,5 +54,90 @@ describe('LiveTransfers', () => {
     handles[0]!.end();
     expect(live.list().at(-1)!.principal).toBe(`p${LIVE_TRANSFERS_SHOWN}`);
     expect([live.size, live.list(3).map((t) => t.principal)]).toEqual([LIVE_TRANSFERS_SHOWN + 4, ['p1', 'p2', 'p3']]);
+  });
+});
+
+describe('LiveTransfers.recheck and recheckOnChange (running transfers asked again)', () => {
+  const base = { kind: 'download' as const, principal: 'ci', route: '/r', repository: 'libs', bytes: () => 0 };
+
+  it('cuts each transfer refused with 401, 403 or 404, keeps the others, and says retry when one could not be told', async () => {
+    const live = new LiveTransfers(new ManualClock());
+    const cut: string[] = [];
+    const entry = (name: string, ask: () => undefined | Promise<void>) =>
+      live.begin({
+        ...base,
+        principal: name,
+        stillAuthorized: ask,
+        cut: (err) => cut.push(`${name}:${(err as PolicyError).code}`),
+      });
+    entry('fine', () => undefined);
+    entry('revoked', () => {
+      throw new PolicyError('unauthorized');
+    });
+    entry('ungranted', () => Promise.reject(new PolicyError('not_found')));
+    entry('lowered', () => Promise.reject(new PolicyError('forbidden')));
+    const ended = entry('ended', () => {
+      throw new PolicyError('unauthorized');
+    });
+    ended.end();
+    live.begin(base); // an upload: not asked
+    expect(await live.recheck()).toBe('done');
+    expect(cut.sort()).toEqual(['lowered:forbidden', 'revoked:unauthorized', 'ungranted:not_found']);
+
+    cut.length = 0;
+    entry('unreachable', () => Promise.reject(new PolicyError('unavailable')));
+    expect(await live.recheck()).toBe('retry');
+    expect(cut).not.toContain(expect.stringMatching(/^unreachable/));
+  });
+
+  it('runs a round on each change, one at a time (a change during a round runs one more), and retries a round that could not tell', async () => {
+    const live = new LiveTransfers(new ManualClock());
+    let listener: (() => void) | undefined;
+    let asked = 0;
+    let answer: () => Promise<void> = () => Promise.resolve();
+    let cuts = 0;
+    live.begin({
+      ...base,
+      stillAuthorized: () => {
+        asked++;
+        return answer();
+      },
+      cut: () => cuts++,
+    });
+    const stop = recheckOnChange(live, (l) => (listener = l), 20);
+    const settle = () => new Promise((r) => setTimeout(r, 5));
+    listener!();
+    await settle();
+    expect(asked).toBe(1);
+
+    // A change while a round waits for its answer: exactly one more round after it.
+    let release!: () => void;
+    answer = () => new Promise<void>((r) => (release = r));
+    listener!();
+    await settle();
+    listener!();
+    listener!();
+    await settle();
+    expect(asked).toBe(2);
+    answer = () => Promise.resolve();
+    release();
+    await settle();
+    expect(asked).toBe(3);
+
+    // Out of reach: asked again after the retry interval until it can tell; then refused, cut.
+    answer = () => Promise.reject(new PolicyError('unavailable'));
+    listener!();
+    await settle();
+    expect(asked).toBe(4);
+    answer = () => Promise.reject(new PolicyError('unauthorized'));
+    await new Promise((r) => setTimeout(r, 40));
+    expect(asked).toBeGreaterThanOrEqual(5);
+    expect(cuts).toBeGreaterThanOrEqual(1);
+
+    stop();
+    const after = asked;
+    listener!();
+    await new Promise((r) => setTimeout(r, 40));
+    expect(asked).toBe(after);
   });
 });

@@ -18,6 +18,21 @@ export interface LiveTransferInfo {
   repository: string | undefined;
   /** Bytes moved so far (the connection's counters since the request began). */
   bytes: () => number;
+  /**
+   * Throws the refusal (401, 403, 404) once the request's credential no longer admits it (a key
+   * revoked, a principal disabled, a grant removed), or another error when that cannot be told now.
+   * Absent: the transfer is not asked again (an upload is, once its body is staged).
+   */
+  stillAuthorized?: () => undefined | Promise<void>;
+  /** Ends the transfer at once, its stream reset: called with the refusal `stillAuthorized` threw. */
+  cut?: (refusal: Error) => void;
+}
+
+const REFUSALS: ReadonlySet<unknown> = new Set(['unauthorized', 'forbidden', 'not_found']);
+
+/** Whether `stillAuthorized` refused (401, 403, 404); anything else (503 `unavailable`) leaves the transfer be, to be asked again. */
+export function isRefusal(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && REFUSALS.has((err as { code?: unknown }).code);
 }
 
 export interface LiveTransfer {
@@ -64,6 +79,31 @@ export class LiveTransfers {
     return this.#entries.size;
   }
 
+  /**
+   * Asks each transfer that can be asked whether it may go on, and cuts those refused. Resolves
+   * `retry` when one could not be told (the database out of reach): the caller asks again later.
+   */
+  async recheck(): Promise<'done' | 'retry'> {
+    let retry = false;
+    const asked: Promise<void>[] = [];
+    for (const { info } of this.#entries.values()) {
+      const ask = info.stillAuthorized;
+      if (ask === undefined) continue;
+      asked.push(
+        (async () => {
+          try {
+            await ask();
+          } catch (err) {
+            if (isRefusal(err)) info.cut?.(err as Error);
+            else retry = true;
+          }
+        })(),
+      );
+    }
+    await Promise.all(asked);
+    return retry ? 'retry' : 'done';
+  }
+
   /** The oldest `max` (a Map iterates in insertion order), oldest first; the others are not read. */
   list(max = LIVE_TRANSFERS_SHOWN): LiveTransfer[] {
     const now = this.#clock.monotonicMs();
@@ -83,4 +123,50 @@ export class LiveTransfers {
     }
     return out;
   }
+}
+
+/**
+ * Asks the running transfers again whenever `onChange` reports a change that may revoke access (the
+ * auth caches cleared: a NOTIFY, or the epoch poll seeing it moved, at most 500 ms + the poll's
+ * round trip after the change), one round at a time: a change during a round runs one more, and a
+ * round that could not tell (the database out of reach) is tried again every `retryMs` until it can.
+ * Returns a stop function.
+ */
+export function recheckOnChange(
+  live: LiveTransfers,
+  onChange: (listener: () => void) => void,
+  retryMs = 500,
+): () => void {
+  let running = false;
+  let again = false;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const run = async () => {
+    if (stopped) return;
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      do {
+        again = false;
+        if ((await live.recheck()) === 'retry' && timer === undefined && !stopped) {
+          timer = setTimeout(() => {
+            timer = undefined;
+            void run();
+          }, retryMs);
+          timer.unref();
+        }
+      } while (again && !stopped);
+    } finally {
+      running = false;
+    }
+  };
+  // Not inside the watcher's own call: its poll or notification handler goes on first.
+  onChange(() => void setImmediate(() => void run()));
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
 }

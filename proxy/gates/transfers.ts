@@ -22,7 +22,7 @@ import type { Principal, RepositoryCeilings } from '../../policy/auth/principal.
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { byteCounts } from '../server/http2-messages.ts';
 import { pacedBy } from '../server/front-door/pacing.ts';
-import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
+import { isRefusal, type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
 import { endFailed, type RequestTrace } from '../tracing/request-trace.ts';
 
 /**
@@ -246,12 +246,20 @@ export function transfersReadiness(
   };
 }
 
+/** How a running download is asked again whether its credential still admits it (auth-gate.ts). */
+export interface TransferStanding {
+  /** Throws the refusal once the request may no longer go on (`requestStillAuthorized`). */
+  ask(ctx: RequestContext): undefined | Promise<void>;
+  /** Whether a change that may revoke came after the request was authorized (`changedSinceAuthorized`). */
+  changedSince(ctx: RequestContext): boolean;
+}
+
 /**
  * Wraps a body route so the request holds an admission slot of its principal while it runs: a
  * `GET` of a `downloads` route (`…/content`, `…/apt/{file}`) a download slot, `PUT` (a whole upload
  * or one part) an upload slot. Requests that move no body (HEAD, session JSON) are not admitted.
  */
-export function withAdmission(route: Route, transfers: Transfers): Route {
+export function withAdmission(route: Route, transfers: Transfers, standing?: TransferStanding): Route {
   const kindFor = (method: string | undefined): TransferKind | undefined => {
     if (method === 'PUT') return 'upload';
     if (method === 'GET' && route.downloads) return 'download';
@@ -270,7 +278,10 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
         repository: ctx.params.repo,
         // Methods of a class: bound here, the live table calls them later on their own.
         bytes: kind === 'download' ? () => moved.written() : () => moved.read(),
+        ...(kind === 'download' && standing ? downloadStanding(ctx, standing) : {}),
       });
+      // A change between the request's authorization and this entry found no entry to ask: asked now.
+      if (kind === 'download' && standing?.changedSince(ctx)) void askOnce(ctx, standing);
       // A free slot needs no wait, so no signal either (one is made on first use).
       const now = transfers.tryAdmit(ctx.principal.id, kind);
       if (now === undefined) return waitAndRun(route, transfers, ctx, ctx.principal, kind, live);
@@ -281,6 +292,39 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
       return runAdmitted(route, ctx, now, live);
     },
   };
+}
+
+/**
+ * A download asked again on every change that may revoke it (live-transfers.ts `recheckOnChange`),
+ * cut once refused: its stream is reset (HTTP/1.1: the connection closed before the body's end;
+ * HTTP/2: RST_STREAM), also while it waits for an admission slot. A client sees an incomplete body,
+ * never the rest of it.
+ */
+function downloadStanding(
+  ctx: RequestContext,
+  standing: TransferStanding,
+): { stillAuthorized: () => undefined | Promise<void>; cut: (refusal: Error) => void } {
+  return {
+    stillAuthorized: () => standing.ask(ctx),
+    cut: (refusal) => {
+      if (ctx.res.destroyed || ctx.res.writableFinished) return;
+      ctx.log.info(
+        { code: (refusal as { code?: unknown }).code, principal: ctx.principal?.name },
+        'download cut: its credential no longer admits it',
+      );
+      ctx.res.destroy(refusal);
+    },
+  };
+}
+
+/** One question now, as a round of `recheckOnChange` would ask it; not telling (unavailable) leaves it to the next round. */
+async function askOnce(ctx: RequestContext, standing: TransferStanding): Promise<void> {
+  const { cut } = downloadStanding(ctx, standing);
+  try {
+    await standing.ask(ctx);
+  } catch (err) {
+    if (isRefusal(err)) cut(err as Error);
+  }
 }
 
 async function waitAndRun(

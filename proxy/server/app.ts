@@ -1,12 +1,12 @@
 import { Authenticator } from '../../policy/auth/authenticator.ts';
 import { PresignedLinks } from '../../policy/auth/presigned-links.ts';
-import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
+import { changedSinceAuthorized, createAuthGate, requestStillAuthorized, transportPolicy } from '../gates/auth-gate.ts';
 import { refuseCrossSiteWrites } from '../gates/cross-site.ts';
 import { withBrowserSafeChallenge } from '../gates/challenge.ts';
 import { createConsole, readerConsoleRoutes } from '../console/console-module.ts';
 import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
-import type { Gate, Route } from './route-types.ts';
+import type { Gate, RequestContext, Route } from './route-types.ts';
 import { tracedGate } from '../tracing/traced-gate.ts';
 import { ceilingAdminRoutes } from '../admin/ceiling-admin-routes.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
@@ -18,6 +18,7 @@ import { openRateLimiting } from '../gates/open-rate-limiting.ts';
 import { rateLimitAdminRoutes } from '../admin/rate-limit-admin-routes.ts';
 import type { Services } from './services.ts';
 import { contentMeters, withAdmission } from '../gates/transfers.ts';
+import { recheckOnChange } from '../gates/live-transfers.ts';
 import { buildWorkerApp, startMultipart } from '../multipart/worker-app.ts';
 
 /**
@@ -59,8 +60,14 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     content.store,
     contentMeters(services.transfers, (repo) => auth.repositoryCeilingsNow(repo)),
   );
+  // Running downloads are asked again on every auth change and cut once revoked (docs/auth.md).
+  const downloads = {
+    ask: (ctx: RequestContext) => requestStillAuthorized(auth, ctx),
+    changedSince: (ctx: RequestContext) => changedSinceAuthorized(auth, ctx),
+  };
+  services.onClose.push(recheckOnChange(services.transfers.live, (listener) => auth.onChange(listener)));
   const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) =>
-    withAdmission(route, services.transfers),
+    withAdmission(route, services.transfers, downloads),
   );
   const routes: Route[] = [
     ...healthRoutes(services),

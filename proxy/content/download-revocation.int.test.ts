@@ -1,0 +1,150 @@
+/**
+ * A download already running is cut once its key is revoked, its principal disabled (also when
+ * enabled again at once) or its grant removed: a real gateway paces it slowly enough (256 KiB/s
+ * per principal for 4 MiB: 16 s) that it is still running when the change is made, and its stream
+ * must end, incomplete, within the revocation bound (2 s, docs/auth.md) plus a margin. Before, a
+ * download begun before the revocation ran to its end, however long it took.
+ */
+import http from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AdminStore } from '../../policy/auth/admin-store.ts';
+import { bearer, createRepository, createServiceAccount, type ServiceAccount } from '../../test/harness/index.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
+
+const db = useTestDatabase();
+const repository = 'cut-downloads';
+const SIZE = 4 * 1024 * 1024;
+let gw: GatewayProcess;
+
+interface Download {
+  /** Bytes of the body received so far. */
+  received(): number;
+  /** How the stream ended: `complete`, `cut` (reset or closed before its end), or undefined while it runs. */
+  ended(): 'complete' | 'cut' | undefined;
+  status(): number | undefined;
+  /** Ends it from the client's side (a download left running would hold the gateway's stop). */
+  stop(): void;
+}
+
+function startDownload(key: string): Download {
+  let received = 0;
+  let status: number | undefined;
+  let ended: 'complete' | 'cut' | undefined;
+  const req = http.get(`${gw.url}/api/v1/repositories/${repository}/artifacts/big/content`, {
+    headers: bearer(key),
+    agent: false,
+  });
+  req.on('response', (res) => {
+    status = res.statusCode;
+    res.on('data', (c: Buffer) => {
+      received += c.length;
+    });
+    res.on('end', () => {
+      ended ??= received === SIZE ? 'complete' : 'cut';
+    });
+    res.on('error', () => {
+      ended ??= 'cut';
+    });
+    res.on('close', () => {
+      ended ??= 'cut';
+    });
+  });
+  req.on('error', () => {
+    ended ??= 'cut';
+  });
+  return { received: () => received, ended: () => ended, status: () => status, stop: () => req.destroy() };
+}
+
+/** Starts a download of `account`, makes `change` once bytes flow, and expects the stream cut within 3.5 s. */
+async function expectCut(account: ServiceAccount, change: () => Promise<unknown>): Promise<void> {
+  const download = startDownload(account.key);
+  try {
+    await waitUntil(() => download.received() > 0, { what: 'the download to be sending its body', timeoutMs: 3000 });
+    expect(download.status()).toBe(200);
+    await change();
+    await waitUntil(() => download.ended() !== undefined, {
+      what: 'the running download to be cut',
+      timeoutMs: 3500,
+    });
+    expect(download.ended()).toBe('cut');
+    expect(download.received()).toBeLessThan(SIZE);
+  } finally {
+    download.stop();
+  }
+}
+
+describe('a running download is cut when its credential is revoked (real gateway, PostgreSQL)', () => {
+  beforeAll(async () => {
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * 1024),
+      },
+    });
+    const put = await fetch(`${gw.url}/api/v1/repositories/${repository}/artifacts/big`, {
+      method: 'PUT',
+      headers: { ...bearer(writer.key), 'content-type': 'application/octet-stream' },
+      body: Buffer.alloc(SIZE, 7),
+    });
+    expect(put.status).toBe(201);
+  }, 30_000);
+
+  afterAll(async () => {
+    expect(await gw?.stop()).toBe(0);
+  });
+
+  it('its key revoked', async () => {
+    const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
+    await expectCut(reader, () => new AdminStore(db.pool).revokeKey(reader.keyId));
+  });
+
+  it('its principal disabled', async () => {
+    const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
+    await expectCut(reader, () => new AdminStore(db.pool).setPrincipalDisabled(reader.principalId, true));
+  });
+
+  it('its principal disabled and enabled again in one transaction (no moment where it reads disabled)', async () => {
+    const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
+    await expectCut(reader, async () => {
+      const client = await db.pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query('UPDATE arkvory_principals SET disabled = true WHERE id = $1', [reader.principalId]);
+        await client.query('UPDATE arkvory_principals SET disabled = false WHERE id = $1', [reader.principalId]);
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+    });
+    // Enabled, its key works again for a new request.
+    const head = await fetch(`${gw.url}/api/v1/repositories/${repository}/artifacts/big`, {
+      headers: bearer(reader.key),
+    });
+    expect(head.status).toBe(200);
+  });
+
+  it('its grant removed', async () => {
+    const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
+    await expectCut(reader, () => new AdminStore(db.pool).removeGrant(reader.principalId, repository));
+  });
+
+  it('a key of another principal revoked leaves it running', async () => {
+    const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
+    const other = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
+    const download = startDownload(reader.key);
+    await waitUntil(() => download.received() > 0, { what: 'the download to be sending its body', timeoutMs: 3000 });
+    await new AdminStore(db.pool).revokeKey(other.keyId);
+    const before = download.received();
+    try {
+      await new Promise((r) => setTimeout(r, 2500));
+      expect(download.ended()).toBeUndefined();
+      expect(download.received()).toBeGreaterThan(before);
+    } finally {
+      download.stop();
+    }
+  });
+});
