@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import { LIVE_TRANSFERS_SHOWN, LiveTransfers, recheckOnChange } from './live-transfers.ts';
+import { LIVE_TRANSFERS_SHOWN, LiveTransfers, RECHECK_CONCURRENCY, recheckOnChange } from './live-transfers.ts';
 
 describe('LiveTransfers', () => {
   it('lists a transfer queued, then active with its bytes and age, and forgets it at the end', () => {
@@ -88,6 +88,26 @@ describe('LiveTransfers.recheck and recheckOnChange (running transfers asked aga
     entry('unreachable', () => Promise.reject(new PolicyError('unavailable')));
     expect(await live.recheck()).toBe('retry');
     expect(cut).not.toContain(expect.stringMatching(/^unreachable/));
+  });
+
+  it('asks at most RECHECK_CONCURRENCY at once, so the first answer for a key can fill the cache for the rest', async () => {
+    const live = new LiveTransfers(new ManualClock());
+    let inFlight = 0;
+    let most = 0;
+    let asked = 0;
+    for (let i = 0; i < 3 * RECHECK_CONCURRENCY; i++)
+      live.begin({
+        ...base,
+        stillAuthorized: async () => {
+          asked++;
+          most = Math.max(most, ++inFlight);
+          await new Promise((r) => setTimeout(r, 1));
+          inFlight--;
+        },
+      });
+    expect(await live.recheck()).toBe('done');
+    expect(asked).toBe(3 * RECHECK_CONCURRENCY);
+    expect(most).toBe(RECHECK_CONCURRENCY);
   });
 
   it('runs a round on each change, one at a time (a change during a round runs one more), and retries a round that could not tell', async () => {

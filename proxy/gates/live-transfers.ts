@@ -28,6 +28,9 @@ export interface LiveTransferInfo {
   cut?: (refusal: Error) => void;
 }
 
+/** Questions a recheck round has in flight at once (`LiveTransfers.recheck`). */
+export const RECHECK_CONCURRENCY = 8;
+
 const REFUSALS: ReadonlySet<unknown> = new Set(['unauthorized', 'forbidden', 'not_found']);
 
 /** Whether `stillAuthorized` refused (401, 403, 404); anything else (503 `unavailable`) leaves the transfer be, to be asked again. */
@@ -83,24 +86,24 @@ export class LiveTransfers {
    * Asks each transfer that can be asked whether it may go on, and cuts those refused. Resolves
    * `retry` when one could not be told (the database out of reach): the caller asks again later.
    */
-  async recheck(): Promise<'done' | 'retry'> {
+  async recheck(concurrency = RECHECK_CONCURRENCY): Promise<'done' | 'retry'> {
     let retry = false;
-    const asked: Promise<void>[] = [];
-    for (const { info } of this.#entries.values()) {
-      const ask = info.stillAuthorized;
-      if (ask === undefined) continue;
-      asked.push(
-        (async () => {
-          try {
-            await ask();
-          } catch (err) {
-            if (isRefusal(err)) info.cut?.(err as Error);
-            else retry = true;
-          }
-        })(),
-      );
-    }
-    await Promise.all(asked);
+    const infos = [...this.#entries.values()].map((e) => e.info).filter((info) => info.stillAuthorized !== undefined);
+    let next = 0;
+    // A few at a time: the caches were just cleared, and the first question of a key or principal
+    // fills them for the many transfers that share it, instead of each sending the same query.
+    const asker = async () => {
+      while (next < infos.length) {
+        const info = infos[next++]!;
+        try {
+          await info.stillAuthorized!();
+        } catch (err) {
+          if (isRefusal(err)) info.cut?.(err as Error);
+          else retry = true;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, infos.length) }, asker));
     return retry ? 'retry' : 'done';
   }
 
