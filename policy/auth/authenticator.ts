@@ -68,6 +68,8 @@ interface CertificateEntry {
   principalId: string;
   principalName: string;
   disabled: boolean;
+  /** When the principal was last disabled (wall ms of the database's clock), or undefined. */
+  disabledAtMs: number | undefined;
   bandwidthWeight: number;
   groupCeilings: readonly GroupCeilings[];
   scopes: ReadonlySet<Scope>;
@@ -411,7 +413,7 @@ export class Authenticator {
     let rows: Array<Record<string, unknown>>;
     try {
       const r = await this.#pool.query(
-        `SELECT b.san, b.scopes, p.id AS principal_id, p.name, p.disabled, p.bandwidth_weight,
+        `SELECT b.san, b.scopes, p.id AS principal_id, p.name, p.disabled, p.disabled_at, p.bandwidth_weight,
          (SELECT coalesce(json_agg(json_build_object('name', g.name, 'downloadBytesPerSec', g.download_bytes_per_second, 'uploadBytesPerSec', g.upload_bytes_per_second) ORDER BY g.name), '[]'::json)
            FROM arkvory_principal_group_members m JOIN arkvory_principal_groups g ON g.name = m.group_name
            WHERE m.principal_id = p.id AND (g.download_bytes_per_second > 0 OR g.upload_bytes_per_second > 0)) AS group_ceilings
@@ -441,6 +443,7 @@ export class Authenticator {
               principalId: row.principal_id as string,
               principalName: row.name as string,
               disabled: row.disabled as boolean,
+              disabledAtMs: row.disabled_at ? (row.disabled_at as Date).getTime() : undefined,
               bandwidthWeight: row.bandwidth_weight as number,
               groupCeilings: row.group_ceilings as GroupCeilings[],
               // One principal, possibly several bound SANs: the union of their scopes.
@@ -565,6 +568,7 @@ function certificateOutcome(sans: readonly string[], entry: CertificateEntry | '
       name: entry.principalName,
       keyId: `cert:${entry.san}`,
       scopes: entry.scopes,
+      disabledAtMs: entry.disabledAtMs,
       bandwidthWeight: entry.bandwidthWeight,
       groupCeilings: entry.groupCeilings,
     },

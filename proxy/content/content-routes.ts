@@ -5,7 +5,13 @@
  */
 import { publicBase, type PublicBaseOptions } from '../server/public-base.ts';
 import { randomBytes } from 'node:crypto';
-import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
+import type {
+  ArtifactKey,
+  ArtifactKind,
+  Catalog,
+  CatalogEntry,
+  PublishAuthority,
+} from '../../storage-adapter/catalog/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import type { ArtifactStore, BlobReader } from '../../storage-adapter/store.ts';
@@ -19,6 +25,7 @@ import { evaluateWritePreconditions } from './conditional.ts';
 import { type ContentPlan, planContentResponse, writeValidatorsOf } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import { staleCredential } from '../../policy/auth/authenticator.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { UploadQuota } from '../../policy/quota/upload-quota.ts';
 import { GatewayError } from '../server/errors.ts';
@@ -281,14 +288,12 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
       key,
       body,
       // A body may run for hours: a key revoked, a principal disabled or a grant removed meanwhile
-      // (within 2 s on every gateway for new requests) also refuses the bytes still on their way.
-      admit:
-        deps.reauthorize || held
-          ? async (staged) => {
-              await deps.reauthorize?.(ctx);
-              return held?.admit(staged);
-            }
-          : undefined,
+      // (within 2 s on every gateway for new requests) also refuses the bytes still on their way,
+      // bytes already published under the name included; and once more in the catalog insert itself,
+      // after the bytes are committed (a long S3 copy), so a revocation during that is seen too.
+      authorize: deps.reauthorize ? async () => deps.reauthorize?.(ctx) : undefined,
+      authority: deps.reauthorize ? publishAuthority(ctx) : undefined,
+      admit: held ? (staged) => held.admit(staged) : undefined,
       // Not ours: the row was there all along (or a concurrent publisher's won), and holds for it too
       // (If-None-Match: * from two clients at once gives one 201 and one 412, whatever the bytes).
       precondition,
@@ -318,6 +323,23 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     // Settled by the publish already, or given back now; if PostgreSQL fails here it expires by itself.
     await quota?.release().catch((err: unknown) => ctx.log.warn({ err }, 'quota reservation not released'));
   }
+}
+
+/**
+ * What the catalog insert checks of an upload's sender (catalog.ts `PublishAuthority`): its key (none
+ * for a client certificate, whose binding the auth gate asked again just before), its principal as
+ * authenticated. Refusals are the auth gate's: the key was genuine, so a 401 is a stale credential's.
+ */
+function publishAuthority(ctx: RequestContext): PublishAuthority | undefined {
+  const principal = ctx.principal;
+  if (!principal) return undefined;
+  return {
+    kind: 'request',
+    principalId: principal.id,
+    keyId: principal.keyId.startsWith('cert:') ? undefined : principal.keyId,
+    disabledAtMs: principal.disabledAtMs,
+    refuse: (verdict) => (verdict === 'unauthorized' ? staleCredential() : new PolicyError(verdict)),
+  };
 }
 
 export function contentRoutes(deps: ContentDeps): Route[] {

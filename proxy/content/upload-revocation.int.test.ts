@@ -101,4 +101,36 @@ describe('authorization asked again before an upload is published (real writer)'
     expect(await stagedFiles(gw.dataDir)).toBe(0);
     expect(await gw.stop()).toBe(0);
   });
+
+  it('the same bytes as already published, its key revoked while the body is on its way: 401, not 200 unchanged', async () => {
+    const repository = 'revoked-same-bytes';
+    await createRepository(db.pool, repository);
+    const first = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const revoked = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const url = `${gw.url}/api/v1/repositories/${repository}/artifacts/same.bin`;
+    const body = Buffer.alloc(256 * 1024, 5);
+    const put = await fetch(url, { method: 'PUT', headers: bearer(first.key), body });
+    expect(put.status).toBe(201);
+
+    const again = startPut(url, revoked.key, body.subarray(0, 128 * 1024));
+    await waitUntil(async () => again.answer() !== undefined || (await stagedFiles(gw.dataDir)) > 0, {
+      what: 'the upload to be staging its body',
+      timeoutMs: 10_000,
+    });
+    await new AdminStore(db.pool).revokeKey(revoked.keyId);
+    await waitUntil(
+      async () => (await fetch(`${url}-probe`, { method: 'DELETE', headers: bearer(revoked.key) })).status === 401,
+      {
+        what: 'a new write of the revoked key to be refused',
+        timeoutMs: 10_000,
+      },
+    );
+    again.end(body.subarray(128 * 1024));
+    await waitUntil(() => again.answer() !== undefined, { what: 'the upload to be answered', timeoutMs: 10_000 });
+    // Before, it was answered 200 with the artifact's metadata: a revoked key learnt the bytes match.
+    expect(again.answer()).toMatchObject({ status: 401 });
+    expect(await stagedFiles(gw.dataDir)).toBe(0);
+    expect(await gw.stop()).toBe(0);
+  });
 });

@@ -289,7 +289,11 @@ export function requestStillAuthorized(auth: Authenticator, ctx: RequestContext)
     if (peer.kind !== 'verified') throw unauthorized();
     const outcome = auth.certificatePrincipalNow(peer.sans);
     const scopesOf = (o: Awaited<typeof outcome>) =>
-      withScopes(o.ok && o.principal.id === principal.id ? o.principal.scopes : undefined);
+      withScopes(
+        o.ok && o.principal.id === principal.id && o.principal.disabledAtMs === principal.disabledAtMs
+          ? o.principal.scopes
+          : undefined,
+      );
     return isPromise(outcome) ? outcome.then(scopesOf) : scopesOf(outcome);
   }
   const scopes = auth.keyStandingNow(principal.keyId, principal.disabledAtMs);

@@ -34,3 +34,16 @@ export function completionRefusal(a: CompletionAuthority): PolicyError | undefin
     );
   return undefined;
 }
+
+/**
+ * The refusal for the catalog insert's verdict on a session (catalog.ts `PublishAuthority`), in the
+ * words of `completionRefusal`: the same failure whichever check saw the change first.
+ */
+export function completionRefusalOf(verdict: 'unauthorized' | 'forbidden' | 'not_found'): PolicyError {
+  return completionRefusal({
+    principalId: 'checked',
+    principalFound: verdict !== 'unauthorized',
+    disabled: verdict === 'unauthorized',
+    permission: null,
+  })!;
+}

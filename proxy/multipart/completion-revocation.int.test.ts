@@ -1,6 +1,6 @@
 /**
- * A multipart completion accepted before its principal was disabled, or its write grant lowered or
- * removed, publishes nothing: the worker asks again before it publishes (completion-authority.ts).
+ * A multipart completion accepted before its principal was disabled (also when enabled again since),
+ * or its write grant lowered or removed, publishes nothing: the worker asks again before it publishes (completion-authority.ts).
  * Real processes: a writer that queues the completions, then a separate worker started after the
  * changes, as one that was stalled (or waited out a store failure) would run them. Before, the
  * worker published every one of them.
@@ -20,7 +20,7 @@ import { waitUntil } from '../../test/harness/index.ts';
 const db = useTestDatabase();
 const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
-it('a completion whose principal was disabled or lost write meanwhile fails, nothing published, its parts and hold gone', async () => {
+it('a completion whose principal was disabled (even if enabled again) or lost write meanwhile fails, nothing published, its parts and hold gone', async () => {
   const repository = 'revoked-completion';
   await createRepository(db.pool, repository);
   // A quota, so each session holds a reservation for its parts.
@@ -32,6 +32,8 @@ it('a completion whose principal was disabled or lost write meanwhile fails, not
   const account = () => createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
   const cases = [
     { name: 'disabled', who: await account(), state: 'failed', code: 'unauthorized' },
+    // Disabled and enabled again before the worker runs: enabling restores the keys, not the session.
+    { name: 'reenabled', who: await account(), state: 'failed', code: 'unauthorized' },
     { name: 'lowered', who: await account(), state: 'failed', code: 'forbidden' },
     { name: 'removed', who: await account(), state: 'failed', code: 'forbidden' },
     // A session records its principal, not its key: the principal still writes there.
@@ -56,10 +58,13 @@ it('a completion whose principal was disabled or lost write meanwhile fails, not
   const held = await db.pool.query('SELECT id FROM arkvory_quota_reservations WHERE id = ANY($1::uuid[])', [ids]);
   expect(held.rowCount).toBe(cases.length);
 
-  await admin.setPrincipalDisabled(cases[0]!.who.principalId, true);
-  await admin.addGrant(cases[1]!.who.principalId, repository, 'read');
-  await admin.removeGrant(cases[2]!.who.principalId, repository);
-  await admin.revokeKey(cases[3]!.who.keyId);
+  const who = (name: string) => cases.find((c) => c.name === name)!.who;
+  await admin.setPrincipalDisabled(who('disabled').principalId, true);
+  await admin.setPrincipalDisabled(who('reenabled').principalId, true);
+  await admin.setPrincipalDisabled(who('reenabled').principalId, false);
+  await admin.addGrant(who('lowered').principalId, repository, 'read');
+  await admin.removeGrant(who('removed').principalId, repository);
+  await admin.revokeKey(who('key-revoked').keyId);
 
   const worker = await startGateway({
     env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker' },
@@ -92,7 +97,7 @@ it('a completion whose principal was disabled or lost write meanwhile fails, not
       expect(
         lines.filter((l) => l.event === 'upload.failed' && l.code === c.code),
         c.name,
-      ).toHaveLength(c.code === 'forbidden' ? 2 : 1);
+      ).toHaveLength(cases.filter((other) => other.code === c.code).length);
     }
   }
   // Every session's hold ended (once: the rows are gone) and its parts with it, rows and files.

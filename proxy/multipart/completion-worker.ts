@@ -36,7 +36,7 @@ import { FairTurns, type QueueHead } from './fair-turns.ts';
 import { DEFAULT_RETRY_DELAY_MS, retryDelayMs, retryDueSql } from './retry-delay.ts';
 import { classifyAssemblyFailure, retriesAfter } from './assembly-failure.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
-import { completionRefusal } from './completion-authority.ts';
+import { completionRefusal, completionRefusalOf } from './completion-authority.ts';
 
 /** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
 const JOB_LOCK_CLASS = 0x41524b4a;
@@ -426,8 +426,11 @@ export class CompletionWorker {
           pool: this.#o.pool,
           store: this.#o.store,
           catalog: this.#o.catalog,
+          // Staged: asked again, also when the same bytes are already published under the name.
+          authorize: () => this.#checkAuthority(job),
+          // And by the catalog insert itself, once the bytes are committed (a long S3 copy).
+          refuse: (verdict) => completionRefusalOf(verdict),
           admit: async (session, staged) => {
-            await this.#checkAuthority(job);
             // No quotas: the session's own reservation (its id), as when nothing is admitted.
             if (!quotas) return job.sessionId;
             // The session holds the whole (its parts were all granted room): published as is.
@@ -552,7 +555,9 @@ export class CompletionWorker {
       disabled: boolean | null;
       permission: string | null;
     }>(
-      `SELECT s.principal_id, p.id IS NOT NULL AS found, p.disabled, g.permission
+      // Disabled since the session was opened counts as disabled, even if enabled again: re-enabling
+      // restores the principal's keys, not what was under way when it was disabled (database clock both).
+      `SELECT s.principal_id, p.id IS NOT NULL AS found, p.disabled OR p.disabled_at >= s.created_at AS disabled, g.permission
          FROM arkvory_upload_sessions s
          LEFT JOIN arkvory_principals p ON p.id = s.principal_id
          LEFT JOIN arkvory_grants g ON g.principal_id = s.principal_id AND g.repository = s.repository

@@ -71,6 +71,28 @@ function keyParams(key: ArtifactKey): string[] {
 
 const KEY_WHERE = 'repository = $1 AND kind = $2 AND name = $3 AND version = $4 AND asset = $5';
 
+/**
+ * Who publishes, checked by the catalog insert's own statement (one snapshot, taken once the bytes
+ * are committed, however long that took): a verdict other than `ok` inserts nothing and settles
+ * nothing, and `refuse(verdict)` is thrown. `request`: an upload's principal, the key that sent it
+ * (unrevoked, with the `write` scope; undefined for a client certificate) and the principal's
+ * `disabled_at` as its authentication read it (a disable since, even undone, voids it). `session`:
+ * a multipart session's principal (none: nothing to check), disabled since the session was opened
+ * (even if enabled again) or gone voids it. Both need the principal's grant on the repository to be
+ * `write`: none is `not_found` for a request (`forbidden` for a session), a read grant `forbidden`.
+ */
+export type PublishAuthority =
+  | {
+      readonly kind: 'request';
+      readonly principalId: string;
+      readonly keyId: string | undefined;
+      readonly disabledAtMs: number | undefined;
+      readonly refuse: (verdict: AuthorityVerdict) => Error;
+    }
+  | { readonly kind: 'session'; readonly sessionId: string; readonly refuse: (verdict: AuthorityVerdict) => Error };
+
+export type AuthorityVerdict = 'unauthorized' | 'forbidden' | 'not_found';
+
 export interface Catalog {
   get(key: ArtifactKey): Promise<CatalogEntry | undefined>;
   /**
@@ -87,7 +109,7 @@ export interface Catalog {
    */
   insertOrGet(
     entry: NewCatalogEntry,
-    options?: { settleReservation?: string | undefined },
+    options?: { settleReservation?: string | undefined; authority?: PublishAuthority | undefined },
   ): Promise<{ inserted: boolean; entry: CatalogEntry }>;
   /**
    * Removes the catalog row only; the blob stays until offline gc. With `precondition`, it is
@@ -130,23 +152,31 @@ export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = 
       // the blob may be gone.
       params.push(BARRIER_LOCK_CLASS, BARRIERS.maintenance);
       const barrier = `barrier AS (SELECT pg_try_advisory_xact_lock_shared($${params.length - 1}, $${params.length}) AS held)`;
+      // Who publishes, judged in this statement's snapshot: a revocation committed while the bytes
+      // were being committed (an S3 copy of a large blob) is seen, not only one before the last check.
+      const authority = options?.authority ? `, ${authorityCte(options.authority, params)}` : '';
+      const allowed = options?.authority
+        ? `(SELECT held FROM barrier) AND (SELECT verdict FROM authority) = 'ok'`
+        : '(SELECT held FROM barrier)';
       // A data-modifying WITH runs to completion whether or not the query reads it: the reservation
       // goes in the same transaction as the row.
       let settle = '';
       if (options?.settleReservation !== undefined) {
         params.push(options.settleReservation);
-        settle = `, settled AS (DELETE FROM arkvory_quota_reservations WHERE id = $${params.length} AND (SELECT held FROM barrier))`;
+        settle = `, settled AS (DELETE FROM arkvory_quota_reservations WHERE id = $${params.length} AND ${allowed})`;
       }
       // One statement is one transaction: either our row is inserted, or we read the winner's.
-      const { rows } = await pool.query<Row & { inserted: boolean; held: boolean }>(
-        `WITH ${barrier},
+      const { rows } = await pool.query<Row & { inserted: boolean; held: boolean; verdict: string }>(
+        `WITH ${barrier}${authority},
          ins AS (
            INSERT INTO arkvory_artifacts (repository, kind, name, version, asset, sha256, size_bytes, content_type, published_by)
-           SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE (SELECT held FROM barrier)
+           SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE ${allowed}
            ON CONFLICT (repository, kind, name, version, asset) DO NOTHING
            RETURNING ${COLUMNS}
          )${settle}
-         SELECT ins.*, ins.sha256 IS NOT NULL AS inserted, barrier.held FROM barrier LEFT JOIN ins ON true`,
+         SELECT ins.*, ins.sha256 IS NOT NULL AS inserted, barrier.held,
+                ${options?.authority ? '(SELECT verdict FROM authority)' : "'ok'"} AS verdict
+         FROM barrier LEFT JOIN ins ON true`,
         params,
       );
       if (!rows[0]!.held)
@@ -154,6 +184,8 @@ export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = 
           'unavailable',
           'Offline maintenance (gc or scrub) holds the store; nothing was published. Retry once it is done.',
         );
+      const verdict = rows[0]!.verdict;
+      if (verdict !== 'ok') throw options!.authority!.refuse(verdict as AuthorityVerdict);
       if (rows[0]!.inserted) return { inserted: true, entry: toEntry(rows[0]!) };
       const existing = await this.get(entry);
       if (!existing) throw new Error('catalog row vanished between insert and read');
@@ -182,4 +214,44 @@ export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = 
       return new Set(rows.map((r) => r.sha256));
     },
   };
+}
+
+/**
+ * The `authority` CTE of the insert (`PublishAuthority`): one row, `verdict` 'ok' or the refusal.
+ * Its parameters are appended to `params`; `$1` is the key's repository.
+ */
+function authorityCte(authority: PublishAuthority, params: unknown[]): string {
+  if (authority.kind === 'session') {
+    params.push(authority.sessionId);
+    const s = `$${params.length}`;
+    // A session gone meanwhile publishes nothing either (coalesce: no row).
+    return `authority AS (SELECT coalesce((
+      SELECT CASE
+        WHEN s.principal_id IS NULL THEN 'ok'
+        WHEN p.id IS NULL OR p.disabled OR p.disabled_at >= s.created_at THEN 'unauthorized'
+        WHEN g.permission IS DISTINCT FROM 'write' THEN 'forbidden'
+        ELSE 'ok' END
+      FROM arkvory_upload_sessions s
+      LEFT JOIN arkvory_principals p ON p.id = s.principal_id
+      LEFT JOIN arkvory_grants g ON g.principal_id = s.principal_id AND g.repository = s.repository
+      WHERE s.id = ${s}::uuid), 'unauthorized') AS verdict)`;
+  }
+  params.push(
+    authority.principalId,
+    authority.keyId ?? null,
+    authority.disabledAtMs === undefined ? null : new Date(authority.disabledAtMs),
+  );
+  const [p, k, d] = [params.length - 2, params.length - 1, params.length].map((i) => `$${i}`);
+  // disabled_at as the authentication read it: a JavaScript Date, whole milliseconds (truncated).
+  return `authority AS (SELECT CASE
+      WHEN p.id IS NULL OR p.disabled
+        OR date_trunc('milliseconds', p.disabled_at) IS DISTINCT FROM ${d}::timestamptz
+        OR (${k}::text IS NOT NULL AND (k.key_id IS NULL OR k.revoked_at IS NOT NULL OR k.principal_id <> p.id)) THEN 'unauthorized'
+      WHEN g.permission IS NULL THEN 'not_found'
+      WHEN g.permission <> 'write' OR (${k}::text IS NOT NULL AND NOT 'write' = ANY (k.scopes)) THEN 'forbidden'
+      ELSE 'ok' END AS verdict
+    FROM (SELECT ${p}::uuid AS id) who
+    LEFT JOIN arkvory_principals p ON p.id = who.id
+    LEFT JOIN arkvory_grants g ON g.principal_id = who.id AND g.repository = $1
+    LEFT JOIN arkvory_api_keys k ON k.key_id = ${k}::text)`;
 }

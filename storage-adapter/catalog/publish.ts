@@ -3,7 +3,7 @@
  * one catalog insert (the static-HTTP store: PUT to tmp/ → verify → MOVE into blobs/ → insert). Until the insert commits nothing is visible; any failure before it leaves at
  * most an unreferenced blob (offline gc) and never a row without whole bytes.
  */
-import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
+import type { ArtifactKey, Catalog, CatalogEntry, PublishAuthority } from './catalog.ts';
 import { StorageError } from '../errors.ts';
 import type { StagedBlob, StageOptions, ArtifactStore } from '../store.ts';
 
@@ -21,6 +21,14 @@ export interface PublishRequest {
    * whatever the bytes, as it would have had that row been there when the request began.
    */
   readonly precondition?: ((current: CatalogEntry) => void) | undefined;
+  /**
+   * Asks again whether the publisher may still write here, once the bytes are staged and before
+   * anything is done with them, whether or not the same bytes are already published under the key
+   * (rejects to publish nothing: a revoked uploader is not told its bytes match).
+   */
+  readonly authorize?: (() => Promise<void>) | undefined;
+  /** Checked once more by the catalog insert's own statement, after the bytes are committed (catalog.ts). */
+  readonly authority?: PublishAuthority | undefined;
   /** A storage-quota reservation the catalog insert settles (deletes) in the same statement. */
   readonly settleReservation?: string | undefined;
   /**
@@ -52,6 +60,7 @@ export async function publishArtifact(
   const options = { ...request.stage, keyWasFree, sliceBytes };
   const staged = (await request.stager?.(options)) ?? (await deps.store.stage(request.body, options));
   try {
+    await request.authorize?.();
     const existing = await deps.catalog.get(request.key);
     if (existing) {
       request.precondition?.(existing);
@@ -75,7 +84,7 @@ export async function publishArtifact(
         contentType: request.contentType,
         publishedBy: request.publishedBy,
       },
-      { settleReservation },
+      { settleReservation, authority: request.authority },
     );
     if (inserted && !(await deps.store.hasBlob(staged.sha256).catch(() => true))) {
       // The insert holds the maintenance barrier, so no gc runs now and none later removes the blob

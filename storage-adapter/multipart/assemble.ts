@@ -8,7 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import type { Catalog, CatalogEntry } from '../catalog/catalog.ts';
+import type { AuthorityVerdict, Catalog, CatalogEntry } from '../catalog/catalog.ts';
 import { StorageError } from '../errors.ts';
 import type { PartStore, ArtifactStore } from '../store.ts';
 import { publishArtifact } from '../catalog/publish.ts';
@@ -65,6 +65,10 @@ export async function assembleJob(
       session: { readonly repository: string; readonly principalId: string | null },
       staged: { readonly sha256: string; readonly sizeBytes: number },
     ) => Promise<string | undefined>;
+    /** Asks again whether the session's principal may publish, once the bytes are staged (bytes already published too). */
+    authorize?: () => Promise<void>;
+    /** The refusal the catalog insert throws when it finds the session's principal may no longer publish (catalog.ts). */
+    refuse?: (verdict: AuthorityVerdict) => Error;
   },
   job: Job,
   signal?: AbortSignal,
@@ -101,6 +105,8 @@ export async function assembleJob(
       publishedBy: row.principal_id,
       // A session's parts are reserved against the storage quotas under the session's id.
       settleReservation: job.sessionId,
+      authorize: deps.authorize,
+      authority: deps.refuse && { kind: 'session', sessionId: job.sessionId, refuse: deps.refuse },
       admit:
         deps.admit && ((staged) => deps.admit!({ repository: row.repository, principalId: row.principal_id }, staged)),
       stage: {
