@@ -28,14 +28,17 @@ interface Download {
   stop(): void;
 }
 
-function startDownload(key: string): Download {
+function startDownload(key: string, link?: string): Download {
   let received = 0;
   let status: number | undefined;
   let ended: 'complete' | 'cut' | undefined;
-  const req = http.get(`${gw.url}/api/v1/repositories/${repository}/artifacts/big/content`, {
-    headers: bearer(key),
-    agent: false,
-  });
+  const req = http.get(
+    link ? `${gw.url}${link}` : `${gw.url}/api/v1/repositories/${repository}/artifacts/big/content`,
+    {
+      headers: link ? {} : bearer(key),
+      agent: false,
+    },
+  );
   req.on('response', (res) => {
     status = res.statusCode;
     res.on('data', (c: Buffer) => {
@@ -58,8 +61,8 @@ function startDownload(key: string): Download {
 }
 
 /** Starts a download of `account`, makes `change` once bytes flow, and expects the stream cut within 3.5 s. */
-async function expectCut(account: ServiceAccount, change: () => Promise<unknown>): Promise<void> {
-  const download = startDownload(account.key);
+async function expectCut(account: ServiceAccount, change: () => Promise<unknown>, link?: string): Promise<void> {
+  const download = startDownload(account.key, link);
   try {
     await waitUntil(() => download.received() > 0, { what: 'the download to be sending its body', timeoutMs: 3000 });
     expect(download.status()).toBe(200);
@@ -130,6 +133,38 @@ describe('a running download is cut when its credential is revoked (real gateway
   it('its grant removed', async () => {
     const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
     await expectCut(reader, () => new AdminStore(db.pool).removeGrant(reader.principalId, repository));
+  });
+
+  it('by a pre-signed link, its grant removed and given back in one transaction (the link stays void)', async () => {
+    const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
+    const made = await fetch(`${gw.url}/api/v1/repositories/${repository}/artifacts/big/presign`, {
+      method: 'POST',
+      headers: { ...bearer(reader.key), 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(made.status).toBe(201);
+    const { path } = (await made.json()) as { path: string };
+    await expectCut(
+      reader,
+      async () => {
+        const client = await db.pool.connect();
+        try {
+          await client.query('BEGIN');
+          await client.query('DELETE FROM arkvory_grants WHERE principal_id = $1 AND repository = $2', [
+            reader.principalId,
+            repository,
+          ]);
+          await client.query(
+            `INSERT INTO arkvory_grants (principal_id, repository, permission) VALUES ($1, $2, 'read')`,
+            [reader.principalId, repository],
+          );
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+      },
+      path,
+    );
   });
 
   it('a key of another principal revoked leaves it running', async () => {
