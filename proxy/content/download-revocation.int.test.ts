@@ -6,11 +6,14 @@
  * download begun before the revocation ran to its end, however long it took.
  */
 import http from 'node:http';
+import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { bearer, createRepository, createServiceAccount, type ServiceAccount } from '../../test/harness/index.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
+import { type GatewayProcess, makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { http2Request } from '../../test/support/http2-request.ts';
+import { createCertificateAuthority, issueServerCertificate } from '../../test/harness/index.ts';
 import { waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
@@ -180,6 +183,71 @@ describe('a running download is cut when its credential is revoked (real gateway
       expect(download.received()).toBeGreaterThan(before);
     } finally {
       download.stop();
+    }
+  });
+});
+
+describe('over HTTP/2 (TLS gateway)', () => {
+  it("the revoked key's download stream is reset (RST_STREAM); its connection still serves", async () => {
+    const dir = await makeTempDir('arkvory-h2-cut-');
+    const ca = await createCertificateAuthority(dir);
+    const server = await issueServerCertificate(ca, dir);
+    const repo = 'cut-downloads-h2';
+    await createRepository(db.pool, repo);
+    const writer = await createServiceAccount(db.pool, { grants: { [repo]: 'write' } });
+    const reader = await createServiceAccount(db.pool, { grants: { [repo]: 'read' } });
+    const h2 = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_TLS_CERT_FILE: server.certFile,
+        ARKVORY_TLS_KEY_FILE: server.keyFile,
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * 1024),
+      },
+      waitFor: 'none',
+    });
+    const origin = `https://127.0.0.1:${h2.port}`;
+    await waitUntil(
+      async () =>
+        (await http2Request(origin, ca.certPem, '/health/status', { timeoutMs: 2000 }).catch(() => undefined))
+          ?.status === 200,
+      { what: 'the TLS gateway to be serving', timeoutMs: 30_000 },
+    );
+    const target = `/api/v1/repositories/${repo}/artifacts/big`;
+    const session = http2.connect(origin, { ca: ca.certPem });
+    try {
+      const put = await http2Request(origin, ca.certPem, target, {
+        method: 'PUT',
+        headers: bearer(writer.key),
+        body: Buffer.alloc(SIZE, 9),
+        session,
+      });
+      expect(put.status).toBe(201);
+      let received = 0;
+      let rstCode: number | undefined;
+      let ended = false;
+      const stream = session.request({ ':method': 'GET', ':path': `${target}/content`, ...bearer(reader.key) });
+      stream.on('data', (c: Buffer) => {
+        received += c.length;
+      });
+      stream.on('error', () => {});
+      stream.on('end', () => {
+        ended = true;
+      });
+      stream.on('close', () => {
+        rstCode = stream.rstCode;
+      });
+      await waitUntil(() => received > 0, { what: 'the download to be sending its body', timeoutMs: 3000 });
+      await new AdminStore(db.pool).revokeKey(reader.keyId);
+      await waitUntil(() => rstCode !== undefined, { what: 'the HTTP/2 stream to be reset', timeoutMs: 3500 });
+      expect(rstCode).not.toBe(http2.constants.NGHTTP2_NO_ERROR);
+      expect(ended && received === SIZE).toBe(false);
+      expect(received).toBeLessThan(SIZE);
+      // Only that stream: the connection goes on serving.
+      const health = await http2Request(origin, ca.certPem, '/health/live', { session });
+      expect(health.status).toBe(200);
+    } finally {
+      session.destroy();
+      expect(await h2.stop()).toBe(0);
     }
   });
 });
