@@ -106,6 +106,18 @@ describe('a running download is cut when its credential is revoked (real gateway
   it('its key revoked', async () => {
     const reader = await createServiceAccount(db.pool, { grants: { [repository]: 'read' } });
     await expectCut(reader, () => new AdminStore(db.pool).revokeKey(reader.keyId));
+    // Said once, at info, with the refusal's code; nothing of it logged as the gateway's own failure.
+    const cutLine = () =>
+      gw
+        .logLines()
+        .find((l) => l.msg === 'download cut: its credential no longer admits it' && l.principal === reader.name);
+    await waitUntil(() => cutLine() !== undefined, { what: 'the cut to be logged', timeoutMs: 2000 });
+    const cut = cutLine()!;
+    expect(cut).toMatchObject({ level: 'info', code: 'unauthorized' });
+    const request = gw.logLines().filter((l) => l.reqId === cut.reqId);
+    expect(request.filter((l) => l.level === 'error' || l.level === 'fatal')).toEqual([]);
+    // Not the client's doing: no "client went away" line blames it.
+    expect(request.filter((l) => l.code === 'client_aborted')).toEqual([]);
   });
 
   it('its principal disabled', async () => {

@@ -23,6 +23,7 @@ import type { RequestContext, Route } from '../server/route-types.ts';
 import { byteCounts } from '../server/http2-messages.ts';
 import { pacedBy } from '../server/front-door/pacing.ts';
 import { isRefusal, type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
+import { markRevoked } from './revoked-responses.ts';
 import { endFailed, type RequestTrace } from '../tracing/request-trace.ts';
 
 /**
@@ -312,6 +313,7 @@ function downloadStanding(
         { code: (refusal as { code?: unknown }).code, principal: ctx.principal?.name },
         'download cut: its credential no longer admits it',
       );
+      markRevoked(ctx.res);
       ctx.res.destroy(refusal);
     },
   };

@@ -1,3 +1,4 @@
+import { wasRevoked } from '../gates/revoked-responses.ts';
 import type http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
@@ -236,6 +237,8 @@ async function runRoute(
     // The change was made before the failure (a read back for the answer): it is recorded all the
     // same, before the error answer ends (the sink never throws).
     if (route.audit && audit && ctx.actionTaken) await audit(ctx, route.audit);
+    // Reset by the gateway, its credential revoked while it ran: logged as that already.
+    if (wasRevoked(ctx.res)) return;
     if (clientIsGone(ctx)) {
       // The client left (or was cut for idling): its doing, not a fault of ours.
       const fields = { code: 'client_aborted', reason: (err as Error | undefined)?.message };
