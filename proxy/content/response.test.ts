@@ -101,6 +101,27 @@ describe('planContentResponse', () => {
     });
   });
 
+  it('a 412 and a 416 carry the validators, never Content-Disposition: their content is the JSON error', () => {
+    // An attachment type, and a publish time ahead of the clock: Last-Modified is the clock's.
+    const html = { ...entry, contentType: 'text/html' };
+    const nowMs = entry.createdAtMs - 1000;
+    const fields = {
+      'accept-ranges': 'bytes',
+      etag,
+      'last-modified': 'Sun, 29 Nov 2026 09:59:59 GMT',
+      'cache-control': 'private, no-cache',
+      'x-content-type-options': 'nosniff',
+      'content-security-policy': 'sandbox',
+    };
+    expect(planContentResponse(html, { ifMatch: '"other"' }, 'B', nowMs)).toEqual({ status: 412, headers: fields });
+    expect(planContentResponse(html, { range: 'bytes=1000-' }, 'B', nowMs)).toEqual({
+      status: 416,
+      headers: { ...fields, 'content-range': 'bytes */1000' },
+    });
+    // The same entry's 200 is still an attachment.
+    expect(planContentResponse(html, {}, 'B', nowMs).headers['content-disposition']).toBe('attachment');
+  });
+
   it('If-Range with another etag sends the whole body', () => {
     expect(planContentResponse(entry, { range: 'bytes=0-1', ifRange: '"old"' }, 'B').status).toBe(200);
     expect(planContentResponse(entry, { range: 'bytes=0-1', ifRange: etag }, 'B').status).toBe(206);

@@ -113,8 +113,15 @@ interface EntryHeaders {
   readonly validators: Validators;
   readonly lastModified: string;
   readonly reprDigest: string;
-  /** The headers of every answer about this entry (304 and 416 too). */
+  /** The headers of every 200 and 206 about this entry. */
   readonly common: Readonly<Record<string, string>>;
+  /**
+   * A 412's and a 416's (with the 416's Content-Range): `common` without `Content-Disposition`,
+   * which is about the answer's content (RFC 6266 §4), here the JSON error body and not the bytes.
+   * The validators stay: they describe the selected representation whatever the content (RFC 9110
+   * §8.8), so a client learns the version it failed against.
+   */
+  readonly failed: Readonly<Record<string, string>>;
   /** The whole-body 200's headers, the common case: built once, never copied per request. */
   readonly full: Readonly<Record<string, string>>;
   /** A 304's headers (notModifiedHeaders). */
@@ -146,14 +153,14 @@ function headersOf(entry: ContentEntry): EntryHeaders {
     const validators = validatorsOf(entry);
     const lastModified = new Date(entry.createdAtMs).toUTCString();
     const reprDigest = formatContentDigest(entry.sha256);
-    const common: Record<string, string> = {
+    const failed: Record<string, string> = {
       'accept-ranges': 'bytes',
       etag: validators.etag,
       'last-modified': lastModified,
       'cache-control': CONTENT_CACHE_CONTROL,
       ...CONTENT_SECURITY_HEADERS,
     };
-    if (needsAttachment(entry.contentType)) common['content-disposition'] = 'attachment';
+    const common = needsAttachment(entry.contentType) ? { ...failed, 'content-disposition': 'attachment' } : failed;
     const full = {
       ...common,
       'content-type': entry.contentType,
@@ -165,6 +172,7 @@ function headersOf(entry: ContentEntry): EntryHeaders {
       lastModified,
       reprDigest,
       common: Object.freeze(common),
+      failed: Object.freeze(failed),
       full: Object.freeze(full),
       notModified: notModifiedHeaders(validators.etag, CONTENT_CACHE_CONTROL),
     };
@@ -187,6 +195,7 @@ function headersAt(entry: ContentEntry, nowMs: number | undefined): EntryHeaders
     ...h,
     lastModified,
     common: { ...h.common, 'last-modified': lastModified },
+    failed: { ...h.failed, 'last-modified': lastModified },
     full: { ...h.full, 'last-modified': lastModified },
   };
 }
@@ -204,7 +213,7 @@ export function planContentResponse(
   makeBoundary: string | (() => string),
   nowMs?: number,
 ): ContentPlan {
-  const { validators, reprDigest, common, full: fullHeaders, notModified } = headersAt(entry, nowMs);
+  const { validators, reprDigest, common, failed, full: fullHeaders, notModified } = headersAt(entry, nowMs);
   const readAtMs = nowMs ?? entry.createdAtMs;
   // RFC 9110 §13.2.2 steps 1 and 2, as for a write (strong If-Match, then If-Unmodified-Since): a
   // client resuming on the ETag of a version the name no longer holds must not get this one's bytes.
@@ -216,7 +225,7 @@ export function planContentResponse(
       readAtMs,
     ) === 'precondition_failed'
   ) {
-    return { status: 412, headers: common };
+    return { status: 412, headers: failed };
   }
   if (
     evaluateReadPreconditions(
@@ -238,7 +247,7 @@ export function planContentResponse(
   const decision = decideRange(request.range, size);
   if (decision.kind === 'full') return full;
   if (decision.kind === 'unsatisfiable')
-    return { status: 416, headers: { ...common, 'content-range': unsatisfiedRangeHeader(size) } };
+    return { status: 416, headers: { ...failed, 'content-range': unsatisfiedRangeHeader(size) } };
   const ranges = decision.ranges;
   if (ranges.length === 1) {
     const range = ranges[0]!;
