@@ -38,9 +38,20 @@ describe('parseEntityTags', () => {
     ['"a" junk', undefined],
     ['"a""b"', undefined],
     ['x", "c"', undefined],
-    ['', undefined],
-    [' , ', undefined],
+    // `#entity-tag` allows zero elements (RFC 9110 §5.6.1): well-formed, matching nothing.
+    ['', []],
+    [' , ', []],
+    [',\t,', []],
     [' * ', '*'],
+    ['\t*\t', '*'],
+    // OWS is spaces and tabs only: a no-break or vertical space around is no part of the grammar.
+    ['\u00a0*', undefined],
+    ['*\u00a0', undefined],
+    ['\u00a0"a"', undefined],
+    ['"a"\u00a0', undefined],
+    ['\v"a"', undefined],
+    ['"a"\v', undefined],
+    ['\u00a0', undefined],
     ['"a",', [{ weak: false, opaque: '"a"' }]],
     // etagc (RFC 9110 §8.8.3): %x21, %x23-7E and obs-text; no space, no control, no DEL.
     ['""', [{ weak: false, opaque: '""' }]],
@@ -75,6 +86,8 @@ describe('evaluateReadPreconditions', () => {
     ['If-None-Match weak other', { ifNoneMatch: 'W/"other"' }, 'proceed'],
     ['If-None-Match weak others in a list', { ifNoneMatch: 'W/"x", W/"other"' }, 'proceed'],
     ['If-None-Match malformed', { ifNoneMatch: 'nope' }, 'proceed'],
+    // An empty list names no tag, and is there: If-Modified-Since is still ignored.
+    ['If-None-Match empty', { ifNoneMatch: '', ifModifiedSince: http(lastModifiedMs) }, 'proceed'],
     ['If-Modified-Since equal', { ifModifiedSince: http(lastModifiedMs) }, 'not_modified'],
     ['If-Modified-Since later', { ifModifiedSince: http(lastModifiedMs + 60_000) }, 'not_modified'],
     ['If-Modified-Since earlier', { ifModifiedSince: http(lastModifiedMs - 1000) }, 'proceed'],
@@ -144,6 +157,29 @@ describe('parseHttpDate', () => {
     expect(parseHttpDate(`Mon, 09 ${month} 2026 01:02:03 GMT`, now)).toBe(ms);
     expect(parseHttpDate(`Monday, 09-${month}-26 01:02:03 GMT`, now)).toBe(ms);
     expect(parseHttpDate(`Mon ${month}  9 01:02:03 2026`, now)).toBe(ms);
+  });
+
+  it.each([
+    // RFC 9110 §5.6.7: a leap second is a time (23:59:60), read as 23:59:59 in every form.
+    ['Wed, 31 Dec 2036 23:59:60 GMT', Date.UTC(2036, 11, 31, 23, 59, 59)],
+    ['Wednesday, 31-Dec-36 23:59:60 GMT', Date.UTC(2036, 11, 31, 23, 59, 59)],
+    ['Wed Dec 31 23:59:60 2036', Date.UTC(2036, 11, 31, 23, 59, 59)],
+    ['Wed, 31 Dec 2036 23:59:59 GMT', Date.UTC(2036, 11, 31, 23, 59, 59)],
+    ['Wed, 31 Dec 2036 23:59:58 GMT', Date.UTC(2036, 11, 31, 23, 59, 58)],
+    ['Wed, 31 Dec 2036 23:58:59 GMT', Date.UTC(2036, 11, 31, 23, 58, 59)],
+    // Second 60 of any other minute is no time.
+    ['Wed, 31 Dec 2036 23:58:60 GMT', undefined],
+    ['Wed, 31 Dec 2036 22:59:60 GMT', undefined],
+    ['Wed, 31 Dec 2036 12:30:60 GMT', undefined],
+    ['Wed, 31 Dec 2036 23:59:61 GMT', undefined],
+    // OWS around is spaces and tabs; a no-break or vertical space makes it no HTTP-date.
+    ['\t Wed, 31 Dec 2036 23:59:58 GMT \t', Date.UTC(2036, 11, 31, 23, 59, 58)],
+    ['\u00a0Wed, 31 Dec 2036 23:59:58 GMT', undefined],
+    ['Wed, 31 Dec 2036 23:59:58 GMT\u00a0', undefined],
+    ['\vWed, 31 Dec 2036 23:59:58 GMT', undefined],
+    ['Wed, 31 Dec 2036 23:59:58 GMT\v', undefined],
+  ] as const)('reads %j as %s', (text, ms) => {
+    expect(parseHttpDate(text, now)).toBe(ms);
   });
 
   it.each([
@@ -223,6 +259,14 @@ describe('evaluateWritePreconditions', () => {
     ['If-None-Match other', { ifNoneMatch: '"other"' }, v, 'proceed'],
     ['If-None-Match in a list', { ifNoneMatch: `"other", ${etag}` }, v, 'precondition_failed'],
     ['If-None-Match malformed', { ifNoneMatch: 'abc' }, undefined, 'precondition_failed'],
+    // An empty list (RFC 9110 §5.6.1 allows zero elements) names no version: If-None-Match holds,
+    // If-Match does not.
+    ['If-None-Match empty', { ifNoneMatch: '' }, v, 'proceed'],
+    ['If-None-Match commas alone', { ifNoneMatch: ' , ' }, v, 'proceed'],
+    ['If-None-Match empty, no current version', { ifNoneMatch: '' }, undefined, 'proceed'],
+    ['If-Match empty', { ifMatch: '' }, v, 'precondition_failed'],
+    ['If-Match empty, no current version', { ifMatch: '' }, undefined, 'precondition_failed'],
+    ['If-None-Match after a no-break space', { ifNoneMatch: `\u00a0${etag}` }, undefined, 'precondition_failed'],
     ['If-Match holds, If-None-Match does not', { ifMatch: etag, ifNoneMatch: etag }, v, 'precondition_failed'],
   ] as const)('%s', (_name, headers, current, expected) => {
     expect(evaluateWritePreconditions(headers, current, now)).toBe(expected);

@@ -32,10 +32,12 @@ const OWS_AROUND = /^[ \t]+|[ \t]+$/g;
 
 /**
  * Parses `#entity-tag` (or `*`). Returns undefined when the list is malformed, so the caller can
- * ignore the header. Commas may appear inside quotes, so this scans instead of splitting.
+ * ignore the header. Commas may appear inside quotes, so this scans instead of splitting. A list
+ * of no tags (an empty value, or commas alone: `#` allows zero elements, RFC 9110 §5.6.1) is
+ * well-formed and matches nothing. Only OWS is stripped (not `trim()`'s no-break or vertical space).
  */
 export function parseEntityTags(value: string): EntityTag[] | '*' | undefined {
-  const text = value.trim();
+  const text = value.replace(OWS_AROUND, '');
   if (text === '*') return '*';
   const tags: EntityTag[] = [];
   let i = 0;
@@ -57,7 +59,7 @@ export function parseEntityTags(value: string): EntityTag[] | '*' | undefined {
     while (text[i] === ' ' || text[i] === '\t') i++;
     if (i < text.length && text[i] !== ',') return undefined;
   }
-  return tags.length > 0 ? tags : undefined;
+  return tags;
 }
 
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
@@ -82,10 +84,14 @@ function utc(
 ): number | undefined {
   const m = MONTHS.indexOf(month);
   const d = Number(day);
-  const ms = Date.UTC(year, m, d, Number(hour), Number(minute), Number(second));
+  // A leap second, 23:59:60 (RFC 9110 §5.6.7), is read as 23:59:59: ms since the epoch have no
+  // such second, and compared at one-second resolution with a Last-Modified (which never has one)
+  // it orders the same (23:59:59 is not later, 00:00:00 is). Another second 60 is no time.
+  const s = second === '60' && hour === '23' && minute === '59' ? 59 : Number(second);
+  const ms = Date.UTC(year, m, d, Number(hour), Number(minute), s);
   const date = new Date(ms);
   // 31 Feb, 24:00 or 00:60 are not dates (Date.UTC would roll them over; an hour past 23 moves the day).
-  if (date.getUTCDate() !== d || Number(minute) > 59 || Number(second) > 59) return undefined;
+  if (date.getUTCDate() !== d || Number(minute) > 59 || s > 59) return undefined;
   return ms;
 }
 
@@ -109,7 +115,7 @@ function rfc850Year(twoDigits: number, nowMs: number): number {
  * the time an RFC 850 date's two-digit year is read against.
  */
 export function parseHttpDate(value: string, nowMs: number): number | undefined {
-  const text = value.trim();
+  const text = value.replace(OWS_AROUND, '');
   let m = IMF_FIXDATE.exec(text);
   if (m) return utc(Number(m[3]), m[2]!, m[1]!, m[4]!, m[5]!, m[6]!);
   m = RFC850_DATE.exec(text);
@@ -152,7 +158,8 @@ export function evaluateReadPreconditions(
  * version), only without it `If-Unmodified-Since`, then `If-None-Match` (weak comparison; `*`
  * matches any current version). A malformed `If-Match` or `If-None-Match` refuses the write: the
  * client asked for a condition, and a write done without it (a DELETE of a version it never saw)
- * cannot be taken back. A value of `If-Unmodified-Since` that is not an HTTP-date is ignored (§13.1.4).
+ * cannot be taken back. An empty list is no malformed one: `If-Match` with no tag holds for no
+ * version, `If-None-Match` with none for every one. A value of `If-Unmodified-Since` that is not an HTTP-date is ignored (§13.1.4).
  * `nowMs`: the request's time, for dates with a two-digit year.
  */
 export function evaluateWritePreconditions(
