@@ -1,11 +1,14 @@
 /**
  * HTTP semantics of the content and metadata routes as curl sees them (RFC 9110), over HTTP/1.1 and
  * HTTP/2 (TLS, as the gateway serves HTTP/2): a Range that is not a ranges-specifier, the fields of
- * a 304, the metadata route's validators and conditional requests, and fields a request repeats.
+ * a 304, 412 and 416, the metadata route's validators and conditional requests, fields a request
+ * repeats, and empty lists, leap seconds and what is OWS in preconditions.
  * The directory store: these are the gateway's own answers, the same on every store
  * (content.int.test.ts runs the byte semantics on all of them).
  */
 import { execFile } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -249,5 +252,47 @@ describe('HTTP semantics of the content and metadata routes, through curl', () =
     const refused = await curl(`${base()}/spaced.bin`, [...auth(), '-X', 'DELETE', '-H', 'if-none-match: "a b"']);
     expect(refused.status).toBe(412);
     expect((await curl(`${base()}/spaced.bin`, [...auth(), '-I'])).status).toBe(200);
+  });
+
+  it('a 412 and a 416 carry no Content-Disposition (their content is the JSON error), the validators still', async () => {
+    const url = `${base()}/page.html/content`;
+    const full = await curl(url, auth());
+    expect(full.headers['content-disposition']).toBe('attachment');
+    for (const version of [[], ['--http2']]) {
+      const failed = await curl(url, [...auth(), ...version, '-H', 'if-match: "other"']);
+      const unsatisfiable = await curl(url, [...auth(), ...version, '-H', `range: bytes=${data.length}-`]);
+      expect([failed.status, unsatisfiable.status], version.join('')).toEqual([412, 416]);
+      for (const res of [failed, unsatisfiable]) {
+        expect(res.headers['content-disposition'], `${version.join('')} ${res.status}`).toBeUndefined();
+        expect(res.headers['content-type']).toBe('application/json; charset=utf-8');
+        expect(res.headers).toMatchObject({ etag: full.headers.etag, 'last-modified': full.headers['last-modified'] });
+      }
+      expect(unsatisfiable.headers['content-range']).toBe(`bytes */${data.length}`);
+    }
+  });
+
+  it('an empty If-None-Match names no version and holds, an empty If-Match fails; a leap second is a date; only OWS is dropped', async () => {
+    const url = `${base()}/page.html/content`;
+    // A leap second (RFC 9110 §5.6.7) after the publish: not modified since.
+    const leap = await curl(url, [...auth(), '-H', 'if-modified-since: Wed, 31 Dec 2036 23:59:60 GMT']);
+    expect(leap.status).toBe(304);
+    // A no-break space (a raw 0xA0 byte, obs-text) before the tag: no OWS, so a malformed If-Match.
+    const dir = await makeTempDir('arkvory-semantics-nbsp-');
+    const nbsp = join(dir, 'if-match');
+    await writeFile(
+      nbsp,
+      Buffer.concat([Buffer.from('if-match: '), Buffer.from([0xa0]), Buffer.from(`"${sha256(data)}"\n`)]),
+    );
+    expect((await curl(url, [...auth(), '-H', `@${nbsp}`])).status).toBe(412);
+    for (const version of [[], ['--http2']]) {
+      const body = randomContent(60);
+      const id = `empty-list${version.join('')}.bin`;
+      expect((await put(id, body)).status).toBe(201);
+      const remove = (header: string) => curl(`${base()}/${id}`, [...auth(), ...version, '-X', 'DELETE', '-H', header]);
+      // curl's `name;` sends the field with an empty value.
+      expect((await remove('if-match;')).status, `${version.join('')} If-Match`).toBe(412);
+      expect((await remove('if-none-match;')).status, `${version.join('')} If-None-Match`).toBe(204);
+      expect((await curl(`${base()}/${id}`, [...auth(), '-I'])).status).toBe(404);
+    }
   });
 });
