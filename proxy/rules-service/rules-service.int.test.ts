@@ -305,6 +305,9 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect((await query(bearer('wrong'))).status).toBe(401);
     expect((await query(bearer(admin.key))).status).toBe(401); // an API key is not the token
     expect(await (await query(bearer(token))).json()).toEqual({ rules: [], ttl_s: 1, varies_by: [] });
+    // The scheme in any case (RFC 9110 §11.1), as the gateway's own routes take it.
+    for (const scheme of ['bearer', 'BEARER'])
+      expect((await query({ authorization: `${scheme} ${token}` })).status, scheme).toBe(200);
     expect(
       (
         await putOverride(

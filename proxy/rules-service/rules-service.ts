@@ -54,7 +54,13 @@ export async function runRulesService(
   rotation.onRotated((previous, next) => {
     if (next.rulesService.token === previous.rulesService.token) return;
     const nowMs = systemClock.monotonicMs();
-    tokens.rotate(next.rulesService.token, nowMs);
+    if (!tokens.rotate(next.rulesService.token, nowMs)) {
+      log.warn(
+        { code: 'query_token_not_rotated' },
+        'the query token setting is gone or empty after a reload: the token in use stays required (restart without it to open the route)',
+      );
+      return;
+    }
     log.info(
       { graceSeconds: config.rulesService.tokenGraceMs / 1000 },
       `query token rotated; the previous one is accepted for ${config.rulesService.tokenGraceMs / 1000} s more`,
