@@ -34,6 +34,8 @@ export const AUDIT_ACTIONS = {
   'artifact.delete': 'an artifact, package or asset was deleted from the catalog',
   'cache.purge': "a blob was purged from every gateway's slice cache",
   'console.sign_in': 'a console session was opened',
+  'console.sign_in_failed':
+    'a console sign-in was refused (an unknown, wrong or stale key, or one without the admin scope); at most 5 a minute per client address and 60 in all, the next entry counting those left out',
   'console.sign_out': 'a console session was closed',
   'quota.set': 'a storage quota of a repository or principal was set',
   'quota.remove': 'a storage quota of a repository or principal was removed',
@@ -51,10 +53,14 @@ export function isAuditAction(name: string): name is AuditAction {
   return Object.hasOwn(AUDIT_ACTIONS, name);
 }
 
-/** Who did it: a principal through the API, or the operator of a CLI command (OS user and host). */
+/**
+ * Who did it: a principal through the API, the operator of a CLI command (OS user and host), or
+ * nobody the gateway knows (a refused sign-in with an unknown or wrong key).
+ */
 export type Actor =
   | { readonly kind: 'principal'; readonly principalId: string; readonly principalName: string }
-  | { readonly kind: 'operator'; readonly operator: string; readonly host: string };
+  | { readonly kind: 'operator'; readonly operator: string; readonly host: string }
+  | { readonly kind: 'anonymous' };
 
 /** One action as it is recorded. */
 export interface AuditEntry {

@@ -1,12 +1,12 @@
 /**
- * The audit trail in PostgreSQL (`arkvory_audit_events`, migrations/0040): append one entry, read
+ * The audit trail in PostgreSQL (`arkvory_audit_events`, migrations/0040; 0086 lets a row have no known actor): append one entry, read
  * a filtered page newest first, prune past the retention. Runtime roles may only insert and read;
  * pruning goes through the owner's function, which keeps at least a day.
  */
 import type pg from 'pg';
 import { CURSORS, encodeCursor, type Page } from '../../policy/auth/page.ts';
 import { jsonbText } from '../../lib/jsonb-text.ts';
-import type { AuditEntry, AuditEvent, AuditFilter } from './audit-event.ts';
+import type { Actor, AuditEntry, AuditEvent, AuditFilter } from './audit-event.ts';
 
 type Queryable = Pick<pg.Pool, 'query'> | pg.ClientBase;
 
@@ -38,7 +38,7 @@ interface Row {
   id: string;
   at: Date;
   action: string;
-  actor_kind: 'principal' | 'operator';
+  actor_kind: 'principal' | 'operator' | 'anonymous';
   principal_id: string | null;
   principal_name: string | null;
   operator: string | null;
@@ -50,15 +50,19 @@ interface Row {
   details: Record<string, unknown>;
 }
 
+function actorOf(r: Row): Actor {
+  if (r.actor_kind === 'principal')
+    return { kind: 'principal', principalId: r.principal_id!, principalName: r.principal_name ?? '' };
+  if (r.actor_kind === 'operator') return { kind: 'operator', operator: r.operator!, host: r.host ?? '' };
+  return { kind: 'anonymous' };
+}
+
 function eventOf(r: Row): AuditEvent {
   return {
     id: r.id,
     at: r.at.toISOString(),
     action: r.action,
-    actor:
-      r.actor_kind === 'principal'
-        ? { kind: 'principal', principalId: r.principal_id!, principalName: r.principal_name ?? '' }
-        : { kind: 'operator', operator: r.operator!, host: r.host ?? '' },
+    actor: actorOf(r),
     source: r.source,
     requestId: r.request_id,
     clientRequestId: r.client_request_id,

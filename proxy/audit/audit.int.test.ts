@@ -21,7 +21,7 @@ let admin: { key: string; name: string; principalId: string };
 let writerAccount: { key: string; name: string; principalId: string };
 let gw: GatewayProcess;
 /** Every action this file makes, in order, by who made it: the table must hold exactly these. */
-const expected: Array<{ action: AuditAction; kind: 'principal' | 'operator' }> = [];
+const expected: Array<{ action: AuditAction; kind: 'principal' | 'operator' | 'anonymous' }> = [];
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 beforeAll(async () => {
@@ -155,6 +155,15 @@ describe('every action leaves exactly one row', () => {
     await apiAction('console.sign_out', 'DELETE', '/console/api/session', {
       headers: { cookie, 'x-csrf-token': String(signIn.body.csrfToken) },
     });
+    // A refused sign-in is recorded before its answer ends: a wrong secret by nobody known (the key
+    // id it named as its target, never the key), a key without the admin scope by its principal.
+    const wrongKey = `ark_${'0'.repeat(16)}_${'A'.repeat(43)}`;
+    expect((await call('POST', '/console/session', { key: wrongKey })).status).toBe(401);
+    expected.push({ action: 'console.sign_in_failed', kind: 'anonymous' });
+    expect(await rowCount(), 'the row of a refused sign-in, when its answer ended').toBe(expected.length);
+    expect((await call('POST', '/console/session', { key: writerAccount.key })).status).toBe(403);
+    expected.push({ action: 'console.sign_in_failed', kind: 'principal' });
+    expect(await rowCount(), 'the row of a refused sign-in, when its answer ended').toBe(expected.length);
     // Refused: nothing recorded.
     expect((await call('POST', '/api/v1/admin/principals', { body: { name: '!bad' } })).status).toBe(400);
     expect(
@@ -187,6 +196,33 @@ describe('every action leaves exactly one row', () => {
       { target: { scope: 'principal', subject: pid }, details: { limitBytes: 999 } },
       { target: { scope: 'principal', subject: pid }, details: {} },
     ]);
+    const failed = recorded.filter((r) => r.action === 'console.sign_in_failed');
+    expect(
+      failed.map(({ actor_kind, principal_id, operator, target, details }) => ({
+        actor_kind,
+        principal_id,
+        operator,
+        target,
+        details,
+      })),
+    ).toEqual([
+      {
+        actor_kind: 'anonymous',
+        principal_id: null,
+        operator: null,
+        target: { keyId: '0'.repeat(16) },
+        details: { code: 'unauthorized' },
+      },
+      {
+        actor_kind: 'principal',
+        principal_id: writerAccount.principalId,
+        operator: null,
+        target: { keyId: writerAccount.key.split('_')[1] },
+        details: { code: 'forbidden' },
+      },
+    ]);
+    expect(failed[0]!.source).toMatch(/^(::ffff:)?127\.0\.0\.1$/);
+    expect(JSON.stringify(failed)).not.toContain(writerAccount.key);
     const publish = recorded.find((r) => r.action === 'artifact.publish')!;
     expect(publish).toMatchObject({
       principal_id: writerAccount.principalId,
@@ -416,6 +452,8 @@ describe('reading the trail', () => {
     const mine = await call('GET', `/api/v1/admin/audit?principal=${writerAccount.name}`);
     expect((mine.body.events as AuditEvent[]).map((e) => e.action)).toEqual([
       'artifact.publish',
+      // Its key's sign-in at the console, refused for want of the admin scope.
+      'console.sign_in_failed',
       'artifact.publish',
       'artifact.delete',
       'artifact.publish',

@@ -10,7 +10,8 @@ export const auditCommand: Command = defineCommand({
   name: 'audit',
   summary: 'read the audit trail: who changed what, when and from where (JSON lines)',
   description: `list prints the recorded actions newest first, one JSON object per line: id, at, action, actor
-({kind: principal, principalId, principalName} or {kind: operator, operator, host}), source (the client
+({kind: principal, principalId, principalName}, {kind: operator, operator, host}, or {kind: anonymous} for a
+refused console sign-in with a key nobody holds), source (the client
 address, or cli), requestId (the gateway's id of the request, or the CLI run's), clientRequestId (the
 X-Request-Id the client sent, if any), target and details. Without --all it prints one page; when more remain, the
 --cursor for the next page goes to stderr. Times are ISO 8601 (2026-01-31 or 2026-01-31T12:00:00Z; UTC without an offset);

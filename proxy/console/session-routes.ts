@@ -4,6 +4,7 @@
  * `__Host-arkvory_console` (Secure, Path=/), over plain HTTP `arkvory_console` (Path=/console).
  */
 import type { Principal } from '../../policy/auth/principal.ts';
+import type { AuditAction } from '../audit/audit-event.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
@@ -41,23 +42,28 @@ export function sessionRoutes(deps: {
   return [
     // Sign-in: the key comes in the Authorization header (the auth gate checks it and the admin
     // scope), never in a URL or a form field that could be logged or cached.
-    audited('console.sign_in', ['POST'], '/console/session', async (ctx) => {
-      const { principal } = ctx;
-      const authorization = ctx.req.headers.authorization;
-      if (!principal || !authorization) throw new PolicyError('unauthorized');
-      // The session this browser held is ended, not only replaced in its cookie jar: a copy of its
-      // id (taken in clear, or left on a shared machine) must not outlive the sign-in that follows.
-      const previous = readSessionId(ctx.req.headers.cookie, isHttps(ctx.req, deps.trusted));
-      if (isSessionId(previous)) await sessions.delete(previous);
-      const session = await sessions.create(principal, authorization);
-      ctx.log.info({ principal: principal.id, code: 'console_sign_in' }, 'console session opened');
-      sendJson(
-        ctx.res,
-        201,
-        { signedIn: true, ...sessionBody(session) },
-        { 'set-cookie': sessionCookie(session.id, isHttps(ctx.req, deps.trusted), prefixOf(ctx)) },
-      );
-    }),
+    // A sign-in the auth gate refused (a bad key, one without the admin scope) is recorded too, as
+    // `console.sign_in_failed`: an operator looks for these in the trail (bounded per address).
+    withRefusalAudit(
+      'console.sign_in_failed',
+      audited('console.sign_in', ['POST'], '/console/session', async (ctx) => {
+        const { principal } = ctx;
+        const authorization = ctx.req.headers.authorization;
+        if (!principal || !authorization) throw new PolicyError('unauthorized');
+        // The session this browser held is ended, not only replaced in its cookie jar: a copy of its
+        // id (taken in clear, or left on a shared machine) must not outlive the sign-in that follows.
+        const previous = readSessionId(ctx.req.headers.cookie, isHttps(ctx.req, deps.trusted));
+        if (isSessionId(previous)) await sessions.delete(previous);
+        const session = await sessions.create(principal, authorization);
+        ctx.log.info({ principal: principal.id, code: 'console_sign_in' }, 'console session opened');
+        sendJson(
+          ctx.res,
+          201,
+          { signedIn: true, ...sessionBody(session) },
+          { 'set-cookie': sessionCookie(session.id, isHttps(ctx.req, deps.trusted), prefixOf(ctx)) },
+        );
+      }),
+    ),
     // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a
     // page opened before sign-in is not counted as a failed authentication.
     page(['GET'], '/console/session', async (ctx) => {
@@ -100,4 +106,9 @@ export function sessionRoutes(deps: {
 function isOwnPageLoad(ctx: RequestContext): boolean {
   const site = ctx.req.headers['sec-fetch-site'];
   return site === undefined || site === 'same-origin';
+}
+
+/** `route`, with the attempts the gates refuse recorded in the audit trail as `action` (`Route.auditRefusal`). */
+function withRefusalAudit(action: AuditAction, route: Route): Route {
+  return { ...route, auditRefusal: action };
 }

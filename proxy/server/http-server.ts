@@ -25,7 +25,7 @@ import {
 } from './front-door.ts';
 import { RouteTable } from './route-table.ts';
 import { parseRequestTarget } from './request-path.ts';
-import type { AuditSink, Gate, RequestContext, RequestObservation, Route } from './route-types.ts';
+import type { AuditSink, Gate, RefusalAuditSink, RequestContext, RequestObservation, Route } from './route-types.ts';
 import { runInTrace } from '../tracing/request-trace.ts';
 import type { Tracing } from '../tracing/tracing.ts';
 
@@ -66,6 +66,8 @@ export function createGatewayServer(options: {
   tls?: ServedTls;
   /** Records the audited routes' actions (proxy/audit/); undefined on a reader, which changes nothing. */
   audit?: AuditSink;
+  /** Records refused attempts at the routes that ask for it (`Route.auditRefusal`: the console's sign-in). */
+  auditRefusal?: RefusalAuditSink;
   /** Sees every request with its principal when its response closes (usage statistics, proxy/stats/). Must not throw. */
   onUsage?: (ctx: RequestContext, observation: RequestObservation) => void;
   /** Tracing (proxy/tracing/): a server span per request; undefined = off. */
@@ -76,7 +78,7 @@ export function createGatewayServer(options: {
     checkAuditDeclared(route);
     table.add({ methods: route.methods, template: route.template, value: route });
   }
-  const { audit } = options;
+  const { audit, auditRefusal } = options;
   const gates = [...options.gates];
   const { log, tracing } = options;
 
@@ -178,8 +180,9 @@ export function createGatewayServer(options: {
       exchange.params = match.params;
       exchange.access = routeDef.access;
       // An unsampled request runs outside its span's context, as an untraced one (request-trace.ts).
-      if (exchange.trace === undefined || !exchange.trace.isRecording) void runRoute(exchange, routeDef, gates, audit);
-      else void runInTrace(exchange.trace, () => runRoute(exchange, routeDef, gates, audit));
+      if (exchange.trace === undefined || !exchange.trace.isRecording)
+        void runRoute(exchange, routeDef, gates, audit, auditRefusal);
+      else void runInTrace(exchange.trace, () => runRoute(exchange, routeDef, gates, audit, auditRefusal));
     },
     options.onEarlyFault,
   );
@@ -220,6 +223,7 @@ async function runRoute(
   route: Route,
   gates: readonly Gate[],
   audit: AuditSink | undefined,
+  auditRefusal?: RefusalAuditSink,
 ): Promise<void> {
   // An audited action's answer ends only once its row is written (or its failure logged): a client
   // that saw success finds the row, and one client's changes are recorded in the order it made them.
@@ -237,6 +241,12 @@ async function runRoute(
     // The change was made before the failure (a read back for the answer): it is recorded all the
     // same, before the error answer ends (the sink never throws).
     if (route.audit && audit && ctx.actionTaken) await audit(ctx, route.audit);
+    // A refused attempt (a failed sign-in), recorded before its answer ends, as an action is, also
+    // when its client has gone: the attempt was made.
+    else if (route.auditRefusal && auditRefusal) {
+      const { status, code } = toHttpError(err);
+      if (status === 401 || status === 403) await auditRefusal(ctx, route.auditRefusal, code);
+    }
     // Reset by the gateway, its credential revoked while it ran: logged as that already.
     if (wasRevoked(ctx.res)) return;
     if (clientIsGone(ctx)) {

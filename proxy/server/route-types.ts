@@ -78,10 +78,19 @@ export interface Route {
    * route with a method other than GET and HEAD must say which: the server refuses to start otherwise.
    */
   audit?: AuditAction | null;
+  /**
+   * The audit trail's action for an attempt the gates refused with 401 or 403 (the console's
+   * sign-in: `console.sign_in_failed`), recorded within a bound per client address
+   * (proxy/audit/request-audit.ts `createRefusalAudit`). Unset: refusals are not audited.
+   */
+  auditRefusal?: AuditAction;
 }
 
 /** Records a route's action once it succeeded; never throws (a failure is logged). */
 export type AuditSink = (ctx: RequestContext, action: AuditAction) => Promise<void>;
+
+/** Records a refused attempt at a route (`Route.auditRefusal`) with the error's code; never throws. */
+export type RefusalAuditSink = (ctx: RequestContext, action: AuditAction, code: string) => Promise<void>;
 
 /**
  * A gate runs before every handler (auth, then rate limit; admission wraps the content handlers); it

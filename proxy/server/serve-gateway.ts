@@ -1,5 +1,6 @@
 /** `arkvory serve` for the gateway roles (api, reader, worker): proxy/server/serve.ts loads it. */
 import type { Logger } from 'pino';
+import type pg from 'pg';
 import { pendingMigrations, migrate } from '../../migrations/runner.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { systemTimers } from '../../policy/timers.ts';
@@ -9,7 +10,7 @@ import { buildApp } from './app.ts';
 import type { Config } from '../config/config.ts';
 import { createPool, openDatabase, waitForDatabaseAtStartup, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
-import { type AuditFailures, createRequestAudit } from '../audit/request-audit.ts';
+import { type AuditFailures, createRefusalAudit, createRequestAudit } from '../audit/request-audit.ts';
 import { startUsageRecorder } from '../stats/usage-recorder.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
 import { logStartupFailure } from './startup-failure.ts';
@@ -277,16 +278,7 @@ async function runGateway(
       log,
       readOnly: config.role === 'reader',
       // Only the writer changes anything (a reader refuses every other method first).
-      ...(config.role === 'api'
-        ? {
-            audit: createRequestAudit({
-              pool: database.pool,
-              log: log.child({ component: 'audit' }),
-              trusted: createTrustedProxies(config.trustedProxies),
-              ...(auditFailures ? { failures: auditFailures } : {}),
-            }),
-          }
-        : {}),
+      ...(config.role === 'api' ? gatewayAudit(database.pool, log, config, auditFailures) : {}),
       onRequest: (o) => metrics.observeRequest(o),
       onEarlyFault: (code) => metrics.countEarlyFault(code),
       limits: config.frontDoor,
@@ -389,4 +381,15 @@ async function finish(
 /** A gateway of one process as the one worker of its instance. */
 function workerState(lifecycle: Lifecycle): WorkerView['state'] {
   return lifecycle.state === 'starting' ? 'starting' : lifecycle.isServing ? 'serving' : 'draining';
+}
+
+/** The writer's audit sinks: the audited actions, and the refused attempts of the routes that ask for it. */
+function gatewayAudit(pool: pg.Pool, log: Logger, config: Config, failures: AuditFailures | undefined) {
+  const deps = {
+    pool,
+    log: log.child({ component: 'audit' }),
+    trusted: createTrustedProxies(config.trustedProxies),
+    ...(failures ? { failures } : {}),
+  };
+  return { audit: createRequestAudit(deps), auditRefusal: createRefusalAudit(deps) };
 }
