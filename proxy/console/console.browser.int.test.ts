@@ -652,6 +652,30 @@ describe('the console in chromium', () => {
   });
 });
 
+describe('a key pasted with something no header can carry', () => {
+  it('is refused on the page with its reason, before any request', async () => {
+    const fresh = await browser.newPage();
+    try {
+      const sent: string[] = [];
+      fresh.on('request', (r) =>
+        r.url().endsWith('/console/session') && r.method() === 'POST' ? sent.push(r.url()) : undefined,
+      );
+      await fresh.goto(`${writer.url}/console/`);
+      for (const pasted of [`${adminKey}\u200b`, `${adminKey.slice(0, 20)} ${adminKey.slice(20)}`]) {
+        await fresh.fill('#admin-key', pasted);
+        await fresh.click('#sign-in-form button[type=submit]');
+        await expect.poll(() => fresh.textContent('#sign-in-error'), POLL).toMatch(/non-ASCII character/);
+        // Emptied by the page's sign-in, so this attempt (not the one before) said it.
+        expect(await fresh.inputValue('#admin-key')).toBe('');
+      }
+      expect(sent).toEqual([]);
+      expect(await fresh.isHidden('#app')).toBe(true);
+    } finally {
+      await fresh.close();
+    }
+  });
+});
+
 async function screenshotPath(name: string): Promise<string> {
   await mkdir(SCREENSHOTS, { recursive: true });
   return path.join(SCREENSHOTS, name);

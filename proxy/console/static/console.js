@@ -136,12 +136,25 @@ async function signIn(event) {
   const key = field.value.trim();
   field.value = '';
   $('sign-in-error').textContent = '';
-  const res = await fetch(consoleUrl('/console/session'), {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, accept: 'application/json' },
-    credentials: 'same-origin',
-    cache: 'no-store',
-  });
+  // Every key is printable ASCII. Anything else pasted along with one (a zero-width space, a
+  // character no header can carry) made fetch throw, and the page said nothing at all.
+  if (!/^[\x21-\x7e]+$/.test(key)) {
+    $('sign-in-error').textContent =
+      'That is not a key as pasted: it holds a blank, a control or a non-ASCII character. Paste the key alone.';
+    return;
+  }
+  let res;
+  try {
+    res = await fetch(consoleUrl('/console/session'), {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, accept: 'application/json' },
+      credentials: 'same-origin',
+      cache: 'no-store',
+    });
+  } catch {
+    $('sign-in-error').textContent = 'Sign-in failed: the gateway could not be reached. Try again.';
+    return;
+  }
   const body = await res.json().catch(() => null);
   if (res.status === 201) signedIn(body);
   else if (res.status === 403) $('sign-in-error').textContent = 'That key has no admin scope.';
