@@ -76,4 +76,16 @@ describe('refused console sign-ins in the audit trail', () => {
     expect((await recorded()).map((r) => r.details)).toEqual([{ code: 'unauthorized', suppressedOverall: 5 }]);
     expect(lines.filter((l) => l.msg === 'audit entry not recorded')).toEqual([]);
   });
+
+  it('the table admits an anonymous actor (migration 0086), and still no other kind nor one naming someone', async () => {
+    const insert = (kind: string, operator: string | null) =>
+      db.pool.query(
+        `INSERT INTO arkvory_audit_events (action, actor_kind, operator, host, source) VALUES ('console.sign_in_failed', $1, $2, NULL, 'x')`,
+        [kind, operator],
+      );
+    await insert('anonymous', null);
+    await expect(insert('nobody', null)).rejects.toThrow(/check constraint/);
+    await expect(insert('anonymous', 'someone')).rejects.toThrow(/check constraint/);
+    await db.pool.query('DELETE FROM arkvory_audit_events');
+  });
 });
