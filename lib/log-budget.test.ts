@@ -52,6 +52,24 @@ describe('LogBudget', () => {
     expect(budget.take('a', 1001).write).toBe(false);
   });
 
+  it('gives the place of a kind whose interval ended to a new kind once the table is full', () => {
+    // Kinds an attacker chooses (client addresses) must not hold the table for good, leaving every
+    // later kind one shared budget.
+    const budget = new LogBudget({ linesPerInterval: 1, intervalMs: 1000, maxKinds: 2 });
+    budget.take('a', 0);
+    budget.take('b', 500);
+    // a's interval has ended, b's not: c takes a's place, d shares the slot past the table.
+    expect(budget.take('c', 1000).write).toBe(true);
+    expect(budget.take('d', 1000).write).toBe(true);
+    expect(budget.take('e', 1000).write).toBe(false);
+    expect(budget.take('b', 1001).write).toBe(false);
+    expect(budget.take('c', 1001).write).toBe(false);
+    // Later still, every kind has a window of its own again.
+    for (const kind of ['f', 'g']) expect(budget.take(kind, 2600).write, kind).toBe(true);
+    expect(budget.take('f', 2601).write).toBe(false);
+    expect(budget.take('g', 2601).write).toBe(false);
+  });
+
   it('starts a new interval when the clock goes back', () => {
     const budget = new LogBudget({ linesPerInterval: 1, intervalMs: 1000 });
     expect(budget.take('a', 5000).write).toBe(true);

@@ -8,7 +8,12 @@ export interface LogBudgetOptions {
   /** Lines each kind may write per interval (at least 1). */
   readonly linesPerInterval: number;
   readonly intervalMs: number;
-  /** Kinds tracked at once; a kind past it shares one slot with the others past it. */
+  /**
+   * Kinds tracked at once; a kind past it shares one slot with the others past it. A kind whose
+   * interval has ended gives its place up to a new one once the table is full: kinds an
+   * attacker chooses (client addresses) would otherwise fill the table for good, and every kind
+   * after them share one budget for the life of the process.
+   */
   readonly maxKinds?: number;
 }
 
@@ -39,6 +44,9 @@ export class LogBudget {
   readonly #intervalMs: number;
   readonly #maxKinds: number;
   readonly #windows = new Map<string, Window>();
+  /** Before this time (on the caller's clock) no window can have ended: a full table is not swept. */
+  #nextSweepMs = Number.NEGATIVE_INFINITY;
+  #lastSweepMs = Number.NEGATIVE_INFINITY;
 
   constructor(options: LogBudgetOptions) {
     if (!(options.linesPerInterval >= 1) || !(options.intervalMs > 0))
@@ -53,6 +61,7 @@ export class LogBudget {
     let key = kind;
     let window = this.#windows.get(key);
     if (!window) {
+      if (this.#windows.size >= this.#maxKinds) this.#sweep(nowMs);
       if (this.#windows.size >= this.#maxKinds) key = OVERFLOW_KIND;
       window = this.#windows.get(key);
       if (!window) {
@@ -72,5 +81,21 @@ export class LogBudget {
     const suppressed = window.suppressed;
     window.suppressed = 0;
     return { write: true, suppressed };
+  }
+
+  /**
+   * Drops the windows whose interval has ended: the next event of their kind would start afresh
+   * anyway. (What one had suppressed since its last line is then not reported.)
+   * Not again before the earliest remaining window can end, unless the clock went back.
+   */
+  #sweep(nowMs: number): void {
+    if (nowMs < this.#nextSweepMs && nowMs >= this.#lastSweepMs) return;
+    this.#lastSweepMs = nowMs;
+    let earliestStartMs = Number.POSITIVE_INFINITY;
+    for (const [kind, window] of this.#windows) {
+      if (nowMs - window.startMs >= this.#intervalMs || nowMs < window.startMs) this.#windows.delete(kind);
+      else earliestStartMs = Math.min(earliestStartMs, window.startMs);
+    }
+    this.#nextSweepMs = earliestStartMs + this.#intervalMs;
   }
 }
