@@ -24,7 +24,12 @@ describe('API key format', () => {
   it('parses a Bearer header and refuses everything else', () => {
     const k = generateKey();
     expect(parseAuthorization(`Bearer ${k.key}`)).toEqual({ keyId: k.keyId, secret: k.secret });
-    expect(parseAuthorization(`bearer ${k.key}`)).toEqual({ keyId: k.keyId, secret: k.secret });
+    // Schemes are case-insensitive (RFC 9110 §11.1), Basic's as Bearer's.
+    for (const scheme of ['bearer', 'BEARER', 'bEaReR'])
+      expect(parseAuthorization(`${scheme} ${k.key}`), scheme).toEqual({ keyId: k.keyId, secret: k.secret });
+    const userPass = Buffer.from(`u:${k.key}`).toString('base64');
+    for (const scheme of ['basic', 'BASIC'])
+      expect(parseAuthorization(`${scheme} ${userPass}`), scheme).toEqual({ keyId: k.keyId, secret: k.secret });
     for (const bad of [
       undefined,
       '',
