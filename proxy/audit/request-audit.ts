@@ -8,7 +8,8 @@
  * transaction within AUDIT_TIMEOUT_MS: a database that does not answer holds neither the answer nor
  * a pooled connection longer, and an insert abandoned before its COMMIT can never land afterwards.
  * Each entry not recorded is counted too (`AuditFailures`, arkvory_audit_entries_not_recorded_total):
- * an operator alerts on the count, not on reading every error line.
+ * an operator alerts on the count, not on reading every error line. Refused attempts are recorded
+ * only where a route asks for it (the console's sign-in), within a bound: `createRefusalAudit`.
  */
 import type pg from 'pg';
 import type { Logger } from 'pino';
