@@ -18,9 +18,9 @@ export const CLIENT_ERRORS = {
   target_locked: 'Another download to this file is running.',
   /** A directory is where the download writes a file (the output, or its `.partial`, `.partial.json` or `.partial.lock`). */
   output_is_directory: 'A directory is where the download writes a file.',
-  /** The disk (or the quota) holding the output is full; the bytes written so far are kept for a resume. */
+  /** The disk (or the quota) holding the output (or `upload`'s state) is full; the bytes written so far are kept for a resume. */
   no_space: 'No space left to write the file; the bytes written so far are kept.',
-  /** Bad arguments: no URL, a target path that names nothing, a key no HTTP header can carry (never retried). */
+  /** Bad arguments: no URL, a target path that names nothing, a key no HTTP header can carry, an upload state directory not of this user's own (never retried). */
   invalid_argument: 'Invalid argument.',
 } as const;
 

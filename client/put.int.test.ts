@@ -4,11 +4,14 @@
  * whose CLI process is SIGKILLed between parts and then resumed — only the missing parts are sent —
  * and an upload ended by its AbortSignal. Everything is read back byte for byte.
  */
-import { spawn } from 'node:child_process';
-import { readdir, writeFile } from 'node:fs/promises';
+import { execFile, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { constants, existsSync, statSync } from 'node:fs';
+import { chmod, mkdir, open, readdir, readFile, stat, statfs, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
@@ -16,6 +19,8 @@ import { CLI, ROOT, makeTempDir, runCli, startGateway, type GatewayProcess } fro
 import { upload } from './index.ts';
 
 const MiB = 1024 * 1024;
+const KiB = 1024;
+const exec = promisify(execFile);
 const db = useTestDatabase();
 let gw: GatewayProcess;
 let key: string;
@@ -171,5 +176,187 @@ describe('arkvory put', () => {
       expect(refused.stderr, args[0]).toContain('no request was sent');
       expect(refused.stderr, args[0]).not.toContain(key.slice(20));
     }
+  });
+});
+
+describe('arkvory put and its upload state directory', () => {
+  /** 40 KiB in 16 KiB parts through the multipart API: 3 parts, the state written before the first. */
+  const data = randomContent(40 * KiB);
+  const SMALL = { multipartThreshold: 16 * KiB, partSize: 16 * KiB, concurrency: 1 } as const;
+  let n = 0;
+
+  /** A new file of `data` and the URL to upload it to (a new artifact each time). */
+  async function fresh(): Promise<{ file: string; url: string }> {
+    const name = `state-${++n}.bin`;
+    const file = path.join(dir, name);
+    await writeFile(file, data);
+    return { file, url: `${gw.url}/api/v1/repositories/up/artifacts/${name}` };
+  }
+
+  /** The name `upload` gives the state of `url` in `stateDir` (its URL, digest, size and part size). */
+  function stateFileOf(stateDirectory: string, url: string): string {
+    const id = createHash('sha256')
+      .update([url, sha256(data), data.length, SMALL.partSize].join('\n'))
+      .digest('hex')
+      .slice(0, 32);
+    return path.join(stateDirectory, `${id}.json`);
+  }
+
+  const modeOf = (file: string) => statSync(file).mode & 0o7777;
+
+  it.each([
+    ['a new state directory', false],
+    ['one an earlier version made 0755', true],
+  ])('%s is 0700 and the state file in it 0600, whatever the umask', async (_, existing) => {
+    const states = path.join(await makeTempDir('arkvory-put-modes-'), 'cache', 'uploads');
+    if (existing) {
+      await mkdir(states, { recursive: true });
+      await chmod(states, 0o755);
+    }
+    const { file, url } = await fresh();
+    const seen: Array<{ dir: number; state: number }> = [];
+    const result = await upload({
+      file,
+      url,
+      key,
+      ...SMALL,
+      stateDir: states,
+      onPart: () => seen.push({ dir: modeOf(states), state: modeOf(stateFileOf(states, url)) }),
+    });
+    expect(result).toMatchObject({ multipart: true, partsSent: 3, sha256: sha256(data) });
+    expect(seen[0]).toEqual({ dir: 0o700, state: 0o600 });
+    expect(modeOf(path.dirname(states))).toBe(existing ? 0o755 : 0o700);
+  });
+
+  it('a symlink at the state directory is refused before anything is sent, never followed', async () => {
+    const base = await makeTempDir('arkvory-put-dirlink-');
+    const elsewhere = path.join(base, 'theirs');
+    await mkdir(elsewhere);
+    const states = path.join(base, 'uploads');
+    await symlink(elsewhere, states);
+    const { file, url } = await fresh();
+    const error = await upload({ file, url, key, ...SMALL, stateDir: states }).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'invalid_argument',
+      message: `The upload state directory ${states} is a symbolic link: set ARKVORY_UPLOAD_STATE_DIR (stateDir) to a directory of your own.`,
+    });
+    expect(await readdir(elsewhere)).toEqual([]);
+    expect((await request(`${url}/content`, { headers: bearer(key) })).status).toBe(404);
+  });
+
+  it('a symlink at the state file is replaced, never written through', async () => {
+    const states = path.join(await makeTempDir('arkvory-put-filelink-'), 'uploads');
+    await mkdir(states, { mode: 0o700 });
+    const victim = path.join(dir, 'victim.txt');
+    await writeFile(victim, 'not yours to write\n');
+    const { file, url } = await fresh();
+    const state = stateFileOf(states, url);
+    await symlink(victim, state);
+    let planted: boolean | undefined;
+    const result = await upload({
+      file,
+      url,
+      key,
+      ...SMALL,
+      stateDir: states,
+      onPart: () => (planted ??= statSync(state, { throwIfNoEntry: false })?.isFile()),
+    });
+    expect(result).toMatchObject({ multipart: true, partsSent: 3 });
+    expect(planted).toBe(true);
+    expect(await readFile(victim, 'utf8')).toBe('not yours to write\n');
+    expect(await readdir(states)).toEqual([]);
+  });
+
+  it('a FIFO at the state file is a fresh start at once, never a read that blocks for good', async () => {
+    const states = path.join(await makeTempDir('arkvory-put-fifo-'), 'uploads');
+    await mkdir(states, { mode: 0o700 });
+    const { file, url } = await fresh();
+    const state = stateFileOf(states, url);
+    await exec('mkfifo', [state]);
+    const attempt = upload({ file, url, key, ...SMALL, stateDir: states }).catch((e: unknown) => e);
+    const got = await Promise.race([attempt, sleep(3000).then(() => 'still waiting on the FIFO after 3 s')]);
+    if (typeof got === 'string') {
+      // A writer ends a read blocked on the FIFO, a reader a write: this test ends either way.
+      const writer = await open(state, constants.O_WRONLY | constants.O_NONBLOCK).catch(() => undefined);
+      await sleep(500);
+      const reader = await open(state, constants.O_RDONLY | constants.O_NONBLOCK).catch(() => undefined);
+      await Promise.race([attempt, sleep(2000)]);
+      await writer?.close();
+      await reader?.close();
+    }
+    expect(got).toMatchObject({ multipart: true, partsSent: 3, partsReused: 0, sha256: sha256(data) });
+    expect(await readdir(states)).toEqual([]);
+  });
+
+  /** An upload of a new file stopped after its first part: its state file names a session open on the gateway. */
+  async function stoppedAfterOnePart(states: string): Promise<{ file: string; url: string; state: string }> {
+    const { file, url } = await fresh();
+    const controller = new AbortController();
+    const error = await upload({
+      file,
+      url,
+      key,
+      ...SMALL,
+      stateDir: states,
+      signal: controller.signal,
+      onPart: () => controller.abort(),
+    }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'aborted' });
+    const state = stateFileOf(states, url);
+    expect(JSON.parse(await readFile(state, 'utf8'))).toMatchObject({ url: expect.stringContaining(gw.url) });
+    return { file, url, state };
+  }
+
+  it.each([
+    // Valid JSON naming the open session, padded to 8 MiB: read whole before, and resumed.
+    ['over 4 KiB', (held: string) => `${held.slice(0, -1)}${' '.repeat(8 * MiB)}}`],
+    ['not JSON', (held: string) => held.slice(0, -3)],
+  ])('a state file %s is not read: a fresh start, the state file replaced', async (_, corrupt) => {
+    const states = path.join(await makeTempDir('arkvory-put-corrupt-'), 'uploads');
+    const { file, url, state } = await stoppedAfterOnePart(states);
+    await writeFile(state, corrupt(await readFile(state, 'utf8')));
+    const result = await upload({ file, url, key, ...SMALL, stateDir: states });
+    expect(result).toMatchObject({ multipart: true, partsSent: 3, partsReused: 0, sha256: sha256(data) });
+    expect(await readdir(states)).toEqual([]);
+    expect((await content(new URL(url).pathname)).equals(data)).toBe(true);
+  });
+
+  it('a full disk as the state is written: no_space with one line, never a bare ENOSPC', async () => {
+    // A real 512 KiB tmpfs holding the state directory, filled to the last byte.
+    const mount = await makeTempDir('arkvory-put-tmpfs-');
+    await exec('mount', ['-t', 'tmpfs', '-o', 'size=512k,mode=0755', 'tmpfs', mount]);
+    onTestFinished(() => exec('umount', ['-l', mount]).then(() => undefined));
+    const states = path.join(mount, 'uploads');
+    await mkdir(states, { mode: 0o700 });
+    const { bavail, bsize } = await statfs(mount);
+    await writeFile(path.join(mount, 'filler'), Buffer.alloc(bavail * bsize));
+    expect((await statfs(mount)).bavail).toBe(0);
+    const { file, url } = await fresh();
+    const state = stateFileOf(states, url);
+    const error = await upload({ file, url, key, ...SMALL, stateDir: states }).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'no_space',
+      message: `No space left to write the upload state ${state} (the disk is full): free some space and run the upload again; the parts the gateway holds are kept for it.`,
+    });
+    expect(await readdir(states)).toEqual([]);
+    const cli = await runCli(
+      [
+        'put',
+        file,
+        new URL(url).pathname.replace('/api/v1/repositories/', '').replace('/artifacts', ''),
+        '--threshold',
+        '16K',
+        '--part-size',
+        '16K',
+      ],
+      {
+        ...cliEnv(),
+        ARKVORY_UPLOAD_STATE_DIR: states,
+      },
+    );
+    expect(cli.code).toBe(1);
+    expect(cli.stderr).toMatch(/^arkvory: no_space: No space left to write the upload state .*\n$/);
+    expect(existsSync(state)).toBe(false);
+    expect((await stat(states)).isDirectory()).toBe(true);
   });
 });

@@ -2,12 +2,13 @@
  * `upload`: publishes a file at a target path. Small files go in one streamed `PUT` with
  * `Content-Digest` (the gateway refuses bytes that do not match). Above `multipartThreshold` the
  * multipart API is used: parts are sent in parallel (at most `concurrency` at once), the session is
- * remembered in `stateDir`, so a run that was killed resumes it — parts the gateway already holds
- * with the same sha256 are not sent again — and the client waits for the completion job.
+ * remembered in `stateDir` (private, see upload-state.ts), so a run that was killed resumes it —
+ * parts the gateway already holds with the same sha256 are not sent again — and the client waits
+ * for the completion job.
  */
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -17,6 +18,7 @@ import { pathOnOrigin } from './credential-scope.ts';
 import { errorBody } from './error-body.ts';
 import { ArkvoryClientError, gatewayError, unsendable } from './errors.ts';
 import { backoffMs, retryAfterMs } from './retry-decision.ts';
+import { privateStateDir, rememberedUrl, remember } from './upload-state.ts';
 
 const MiB = 1024 * 1024;
 
@@ -33,7 +35,7 @@ export interface UploadOptions {
   readonly partSize?: number;
   /** Parts in flight at once (default 4). */
   readonly concurrency?: number;
-  /** Where unfinished sessions are remembered (default `~/.cache/arkvory/uploads`). */
+  /** Where unfinished sessions are remembered (default `~/.cache/arkvory/uploads`): a directory of this user, made 0700. */
   readonly stateDir?: string;
   /** Attempts per request on 429/502/503/504 or a dropped connection (default 8). */
   readonly maxAttempts?: number;
@@ -128,7 +130,9 @@ async function uploadMultipart(
   );
   const origin = new URL(options.url).origin;
 
-  let session = await resumeSession(http, stateFile, origin);
+  await privateStateDir(stateDir);
+  const remembered = await rememberedUrl(stateFile);
+  let session = await resumeSession(http, remembered, origin);
   if (!session) {
     const res = await http.send('POST', `${options.url}/uploads`, {
       json: { size, sha256, contentType: options.contentType ?? 'application/octet-stream' },
@@ -141,8 +145,8 @@ async function uploadMultipart(
       'protocol',
       `The gateway named an upload session off its own origin: ${String(session.url)}.`,
     );
-  await mkdir(stateDir, { recursive: true });
-  await writeFile(stateFile, JSON.stringify({ url: sessionUrl }));
+  // Written only when it changes: a resume on a full disk goes on with the state it has.
+  if (remembered !== sessionUrl) await remember(stateFile, sessionUrl);
 
   const parts: Part[] = [];
   for (let start = 0, n = 1; start < size; start += partSize, n++) {
@@ -200,16 +204,14 @@ async function uploadMultipart(
 }
 
 /** The remembered session, when the gateway still has it open, completing or done. */
-async function resumeSession(http: Requests, stateFile: string, origin: string): Promise<SessionBody | undefined> {
-  let remembered: { url?: unknown };
+async function resumeSession(
+  http: Requests,
+  remembered: string | undefined,
+  origin: string,
+): Promise<SessionBody | undefined> {
+  if (remembered === undefined || !remembered.startsWith(`${origin}/`)) return undefined;
   try {
-    remembered = JSON.parse(await readFile(stateFile, 'utf8')) as { url?: unknown };
-  } catch {
-    return undefined;
-  }
-  if (typeof remembered.url !== 'string' || !remembered.url.startsWith(`${origin}/`)) return undefined;
-  try {
-    const session = JSON.parse((await http.send('GET', remembered.url, {})).body) as SessionBody;
+    const session = JSON.parse((await http.send('GET', remembered, {})).body) as SessionBody;
     return session.state === 'open' || session.state === 'completing' || session.state === 'done' ? session : undefined;
   } catch (err) {
     if (err instanceof ArkvoryClientError && (err.status === 404 || err.status === 410)) return undefined;

@@ -251,8 +251,10 @@ export const putCommand: Command = defineCommand({
   summary: 'upload a file with Content-Digest; large files in parallel parts, resuming a killed upload',
   description: `Files up to --threshold are sent in one streamed PUT with Content-Digest. Larger files use the multipart
 API: --part-size parts, at most --concurrency in flight; the session is remembered under
-~/.cache/arkvory/uploads, so running the same command again after a kill sends only the parts the gateway
-does not hold yet, then waits for the completion job. A full URL must be on the origin of --url or
+~/.cache/arkvory/uploads (ARKVORY_UPLOAD_STATE_DIR; 0700, its files 0600; a symlink or another user's
+directory there is invalid_argument; a state file that is not a regular file of at most 4 KiB is ignored,
+a fresh session started; a full disk is no_space), so running the same command again after a kill sends
+only the parts the gateway does not hold yet, then waits for the completion job. A full URL must be on the origin of --url or
 ARKVORY_URL (the only place the key is sent): any other is refused, exit 2. The result is JSON on stdout.
 ${CONNECTION_NOTE}`,
   forms: [
