@@ -7,7 +7,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants, existsSync, statSync } from 'node:fs';
-import { chmod, mkdir, open, readdir, readFile, stat, statfs, symlink, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, open, readdir, readFile, stat, statfs, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -241,6 +241,20 @@ describe('arkvory put and its upload state directory', () => {
       message: `The upload state directory ${states} is a symbolic link: set ARKVORY_UPLOAD_STATE_DIR (stateDir) to a directory of your own.`,
     });
     expect(await readdir(elsewhere)).toEqual([]);
+    expect((await request(`${url}/content`, { headers: bearer(key) })).status).toBe(404);
+  });
+
+  it("another user's directory at the state directory's name is refused before anything is sent", async () => {
+    const states = path.join(await makeTempDir('arkvory-put-theirs-'), 'uploads');
+    await mkdir(states, { mode: 0o777 });
+    await chown(states, 65534, 65534);
+    const { file, url } = await fresh();
+    const error = await upload({ file, url, key, ...SMALL, stateDir: states }).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'invalid_argument',
+      message: `The upload state directory ${states} belongs to another user (uid 65534): set ARKVORY_UPLOAD_STATE_DIR (stateDir) to a directory of your own.`,
+    });
+    expect(await readdir(states)).toEqual([]);
     expect((await request(`${url}/content`, { headers: bearer(key) })).status).toBe(404);
   });
 
