@@ -6,7 +6,7 @@ import { createLogger } from '../../proxy/server/logger.ts';
 import { createTestDatabase, endIdleSessions, type TestDatabase } from '../../test/support/database.ts';
 import { runCli } from '../../test/support/gateway.ts';
 import { ManualClock, systemClock } from '../clock.ts';
-import { ManualTimers, type Timers } from '../timers.ts';
+import { ManualTimers, type TimerHandle, type Timers } from '../timers.ts';
 import { Coordinator, type CoordinatorOptions, type RenewalOutcome } from './coordinator.ts';
 import { PERMIT_MS, RENEW_AFTER_MS } from './lease-permit.ts';
 import { resetPolicy } from './download-policy.ts';
@@ -119,7 +119,7 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     expect(second.generation).toBe(firstGeneration + 1);
   }, 30_000);
 
-  it('gives up waiting for a slot after 15 s (spec: "the wait is limited to 15 seconds") when a reservation outlasts it', async () => {
+  it('gives up waiting for a slot after 15 s (spec: "the wait is limited to 15 seconds") when a reservation outlasts it (injected clock)', async () => {
     const db = await freshDb();
     await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
     const first = await coordinator(db, { role: 'reader', shared: { slot: 1, policy } });
@@ -129,14 +129,58 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     await db.pool.query(
       `UPDATE arkvory_gateway_leases SET expires_at = clock_timestamp() + interval '60 seconds' WHERE slot = 1`,
     );
-    const started = Date.now();
-    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(
-      /stayed reserved for 15 s/,
+    const clock = new ManualClock();
+    const manual = new ManualTimers(clock);
+    // The acquire pauses on a timer between its looks at the row; each look is a real query, during
+    // which the clock stands still. Its other timers bound a query's answer (15 s from the query's
+    // start): a pending timer shorter than that is the pause, which the test then lets run out.
+    const pauses = new Map<TimerHandle, number>();
+    const timers: Timers = {
+      setTimeout: (callback, delayMs) => {
+        const handle = manual.setTimeout(() => {
+          pauses.delete(handle);
+          callback();
+        }, delayMs);
+        if (delayMs < 15_000) pauses.set(handle, clock.monotonicMs() + delayMs);
+        return handle;
+      },
+      clearTimeout: (handle) => {
+        pauses.delete(handle);
+        manual.clearTimeout(handle);
+      },
+    };
+    let outcome: unknown;
+    const opening = Coordinator.open({
+      databaseUrl: db.url,
+      role: 'reader',
+      shared: { slot: 1, policy },
+      clock,
+      timers,
+      log,
+    }).then(
+      (c) => {
+        open.push(c);
+        outcome = 'opened';
+      },
+      (err: unknown) => {
+        outcome = err;
+      },
     );
-    const waited = Date.now() - started;
-    expect(waited).toBeGreaterThanOrEqual(15_000);
-    expect(waited).toBeLessThan(18_000);
-  }, 40_000);
+    let looks = 0;
+    for (;;) {
+      await until(() => outcome !== undefined || pauses.size > 0);
+      if (outcome !== undefined) break;
+      looks++;
+      if (looks > 20) throw new Error('the acquire kept pausing');
+      const [dueMs] = [...pauses.values()];
+      await manual.advance(dueMs! - clock.monotonicMs());
+    }
+    await opening;
+    expect(outcome).toBeInstanceOf(Error);
+    expect((outcome as Error).message).toMatch(/stayed reserved for 15 s/);
+    // It gave up at the look due when the 15 s ran out: not before, and not a pause later.
+    expect(clock.monotonicMs()).toBe(15_000);
+  });
 
   it('gives up after 15 s when the database leaves the slot’s acquire unanswered (injected clock)', async () => {
     const db = await freshDb();
