@@ -30,6 +30,31 @@ async function until(condition: () => boolean, timeoutMs = 10_000): Promise<void
   }
 }
 
+/**
+ * Opens a reader on slot 1 with `clock` and `timers`; `outcome()` is undefined until it opened
+ * ('opened') or failed (its error).
+ */
+function openReader(db: TestDatabase, clock: ManualClock, timers: Timers) {
+  let outcome: unknown;
+  const opening = Coordinator.open({
+    databaseUrl: db.url,
+    role: 'reader',
+    shared: { slot: 1, policy },
+    clock,
+    timers,
+    log,
+  }).then(
+    (c) => {
+      open.push(c);
+      outcome = 'opened';
+    },
+    (err: unknown) => {
+      outcome = err;
+    },
+  );
+  return { opening, outcome: () => outcome };
+}
+
 async function freshDb(): Promise<TestDatabase> {
   const db = await createTestDatabase();
   dbs.push(db);
@@ -149,35 +174,19 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
         manual.clearTimeout(handle);
       },
     };
-    let outcome: unknown;
-    const opening = Coordinator.open({
-      databaseUrl: db.url,
-      role: 'reader',
-      shared: { slot: 1, policy },
-      clock,
-      timers,
-      log,
-    }).then(
-      (c) => {
-        open.push(c);
-        outcome = 'opened';
-      },
-      (err: unknown) => {
-        outcome = err;
-      },
-    );
+    const { opening, outcome } = openReader(db, clock, timers);
     let looks = 0;
     for (;;) {
-      await until(() => outcome !== undefined || pauses.size > 0);
-      if (outcome !== undefined) break;
+      await until(() => outcome() !== undefined || pauses.size > 0);
+      if (outcome() !== undefined) break;
       looks++;
       if (looks > 20) throw new Error('the acquire kept pausing');
       const [dueMs] = [...pauses.values()];
       await manual.advance(dueMs! - clock.monotonicMs());
     }
     await opening;
-    expect(outcome).toBeInstanceOf(Error);
-    expect((outcome as Error).message).toMatch(/stayed reserved for 15 s/);
+    expect(outcome()).toBeInstanceOf(Error);
+    expect((outcome() as Error).message).toMatch(/stayed reserved for 15 s/);
     // It gave up at the look due when the 15 s ran out: not before, and not a pause later.
     expect(clock.monotonicMs()).toBe(15_000);
   });
@@ -195,23 +204,7 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     try {
       const clock = new ManualClock();
       const timers = new ManualTimers(clock);
-      let outcome: unknown;
-      const opening = Coordinator.open({
-        databaseUrl: db.url,
-        role: 'reader',
-        shared: { slot: 1, policy },
-        clock,
-        timers,
-        log,
-      }).then(
-        (c) => {
-          open.push(c);
-          outcome = 'opened';
-        },
-        (err: unknown) => {
-          outcome = err;
-        },
-      );
+      const { opening, outcome } = openReader(db, clock, timers);
       const waitingOnLock = async () =>
         (
           await db.pool.query(
@@ -224,12 +217,12 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
         await sleep(20);
       }
       await timers.advance(15_000 - 1);
-      expect(outcome).toBeUndefined();
+      expect(outcome()).toBeUndefined();
       await timers.advance(1);
-      await until(() => outcome !== undefined);
+      await until(() => outcome() !== undefined);
       await opening;
-      expect(outcome).toBeInstanceOf(Error);
-      expect((outcome as Error).message).toMatch(/did not answer the lease of slot 1 within 15 s/);
+      expect(outcome()).toBeInstanceOf(Error);
+      expect((outcome() as Error).message).toMatch(/did not answer the lease of slot 1 within 15 s/);
     } finally {
       await held.release();
     }
