@@ -44,9 +44,6 @@ export class LogBudget {
   readonly #intervalMs: number;
   readonly #maxKinds: number;
   readonly #windows = new Map<string, Window>();
-  /** Before this time (on the caller's clock) no window can have ended: a full table is not swept. */
-  #nextSweepMs = Number.NEGATIVE_INFINITY;
-  #lastSweepMs = Number.NEGATIVE_INFINITY;
 
   constructor(options: LogBudgetOptions) {
     if (!(options.linesPerInterval >= 1) || !(options.intervalMs > 0))
@@ -85,17 +82,12 @@ export class LogBudget {
 
   /**
    * Drops the windows whose interval has ended: the next event of their kind would start afresh
-   * anyway. (What one had suppressed since its last line is then not reported.)
-   * Not again before the earliest remaining window can end, unless the clock went back.
+   * anyway. (What one had suppressed since its last line is then not reported.) Run for each new kind
+   * while the table is full: a walk over at most `maxKinds` windows (64), cheaper than keeping when
+   * the next one could end.
    */
   #sweep(nowMs: number): void {
-    if (nowMs < this.#nextSweepMs && nowMs >= this.#lastSweepMs) return;
-    this.#lastSweepMs = nowMs;
-    let earliestStartMs = Number.POSITIVE_INFINITY;
-    for (const [kind, window] of this.#windows) {
+    for (const [kind, window] of this.#windows)
       if (nowMs - window.startMs >= this.#intervalMs || nowMs < window.startMs) this.#windows.delete(kind);
-      else earliestStartMs = Math.min(earliestStartMs, window.startMs);
-    }
-    this.#nextSweepMs = earliestStartMs + this.#intervalMs;
   }
 }
