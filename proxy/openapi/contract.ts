@@ -18,7 +18,11 @@ export interface OpenApiDocument {
   openapi: string;
   paths: Record<string, Record<string, unknown>>;
   components: Record<string, Record<string, unknown>>;
-  'x-arkvory-any-request': { unmatched: string[]; methodNotAllowed: string[] };
+  /**
+   * What holds for every request: the statuses of one matching no route and of a known path's
+   * missing method, and the header fields any answer may carry beside those of its response object.
+   */
+  'x-arkvory-any-request': { unmatched: string[]; methodNotAllowed: string[]; headers: string[] };
   [key: string]: unknown;
 }
 
