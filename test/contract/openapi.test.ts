@@ -4,7 +4,9 @@
  * - its paths and methods are exactly the routes the gateway registers;
  * - a live writer answers every documented operation (success and error cases), and every response
  *   (status, required headers, JSON body) validates against the document (ajv, JSON Schema 2020-12);
- * - removing a documented status makes both checks fail on the same real traffic.
+ * - removing a documented status makes both checks fail on the same real traffic;
+ * - on the content, metadata and upload routes, the 200, 201, 206, 304, 412 and 416 answers carry
+ *   exactly the header fields their responses declare: none undeclared, each declared one sent.
  * The harness (test/support/gateway.ts) applies the status check to every gateway of every suite.
  */
 import { statsRoutes } from '../../proxy/stats/stats-routes.ts';
@@ -139,6 +141,77 @@ function responseValidator(doc: OpenApiDocument) {
   };
 }
 
+/** The byte, metadata and upload routes: their answers' header fields are checked exactly. */
+const EXACT_TEMPLATES: ReadonlySet<string> = new Set([
+  ...Object.values(CONTENT_TEMPLATES),
+  ...Object.values(CONTENT_TEMPLATES).map((t) => `${t}/content`),
+  APT_TEMPLATE,
+]);
+const EXACT_STATUSES: ReadonlySet<number> = new Set([200, 201, 206, 304, 412, 416]);
+/**
+ * Fields about the message, not the response the document describes: Node's `Date` and the
+ * connection's management and framing (RFC 9112 §6, §9). `Content-Type` is the media type of the
+ * response's `content` map, and OpenAPI 3.1 (§4.8.21.1) ignores a header object of that name.
+ */
+const MESSAGE_FIELDS: ReadonlySet<string> = new Set([
+  'date',
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'content-type',
+]);
+
+/** The response object `method template → status` resolves to, and the pointer naming it. */
+function responseOf(
+  doc: OpenApiDocument,
+  method: string,
+  template: string,
+  status: number,
+): { name: string; headers: Record<string, unknown> } | undefined {
+  let name = `${method} ${openApiPath(template)} → ${status}`;
+  let response = operationOf(doc, method, template)?.responses[String(status)] as { $ref?: string } | undefined;
+  if (response === undefined) return undefined;
+  // Named by the object that declares the fields: every route answering with it is held to them.
+  while (response.$ref) {
+    name = response.$ref;
+    const [, kind, key] = /^#\/components\/(\w+)\/(.+)$/.exec(response.$ref) ?? [];
+    response = doc.components[kind ?? '']?.[key ?? ''] as { $ref?: string };
+  }
+  return { name, headers: (response as { headers?: Record<string, unknown> }).headers ?? {} };
+}
+
+/**
+ * Of real responses of the content, metadata and upload routes: a header field sent that neither its
+ * response object nor the document as a whole (`x-arkvory-any-request.headers`) declares, and a
+ * header a response object declares that none of the responses it described carried.
+ */
+function headerFieldProblems(
+  doc: OpenApiDocument,
+  traffic: ReadonlyArray<{ method: string; template: string; res: RawResponse }>,
+): string[] {
+  const everywhere = new Set(doc['x-arkvory-any-request'].headers.map((h) => h.toLowerCase()));
+  const problems: string[] = [];
+  const sent = new Map<string, { declared: string[]; seen: Set<string> }>();
+  for (const { method, template, res } of traffic) {
+    if (!EXACT_TEMPLATES.has(template) || !EXACT_STATUSES.has(res.status)) continue;
+    const response = responseOf(doc, method, template, res.status);
+    if (!response) continue; // The status check reports it.
+    const declared = Object.keys(response.headers).map((h) => h.toLowerCase());
+    const record = sent.get(response.name) ?? { declared, seen: new Set<string>() };
+    sent.set(response.name, record);
+    for (const name of Object.keys(res.headers)) {
+      record.seen.add(name);
+      if (!declared.includes(name) && !everywhere.has(name) && !MESSAGE_FIELDS.has(name))
+        problems.push(
+          `${method} ${openApiPath(template)} → ${res.status}: ${name} sent, not declared by ${response.name}`,
+        );
+    }
+  }
+  for (const [name, { declared, seen }] of sent)
+    for (const header of declared) if (!seen.has(header)) problems.push(`${name}: ${header} declared, never sent`);
+  return [...new Set(problems)].sort();
+}
+
 describe('the document', () => {
   it('is a valid OpenAPI 3.1 document', async () => {
     const doc = await loadOpenApiDocument();
@@ -235,11 +308,19 @@ describe('real responses against the document', () => {
       await call('HEAD', t, base, { headers: user });
       await call('GET', t, base, { headers: { ...user, 'if-none-match': String(meta.headers.etag) } });
       await call('HEAD', t, base, { headers: { ...user, 'if-match': '"other"' } });
+      await call('GET', t, base, { headers: { ...user, 'if-match': '"other"' } });
+      // Preconditions of writes, refused before the body (412, nothing changed).
+      await call('PUT', t, base, { headers: { ...user, 'if-none-match': '*' }, body: bytes });
+      await call('DELETE', t, base, { headers: { ...user, 'if-match': '"other"' } });
       const full = await call('GET', `${t}/content`, `${base}/content`, { headers: user });
       await call('HEAD', `${t}/content`, `${base}/content`, { headers: user });
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=0-9' } });
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=0-9,20-29' } });
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=99999-' } });
+      await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, 'if-match': '"other"' } });
+      await call('HEAD', `${t}/content`, `${base}/content`, {
+        headers: { ...user, 'if-unmodified-since': 'Sun, 06 Nov 1994 08:49:37 GMT' },
+      });
       await call('GET', `${t}/content`, `${base}/content`, {
         headers: { ...user, 'if-none-match': String(full.headers.etag) },
       });
@@ -277,6 +358,19 @@ describe('real responses against the document', () => {
     await call('GET', APT_TEMPLATE, `${apt}/InRelease`, { headers: user });
     await call('GET', APT_TEMPLATE, `${apt}/%E2%80%AEPackages`, { headers: user });
     await call('GET', APT_TEMPLATE, `${apt}/Packages`);
+    // Bytes a browser could render: their 200 and 206 carry Content-Disposition, their 412 and 416 not.
+    const page = '/api/v1/repositories/libs/artifacts/page.html';
+    await call('PUT', CONTENT_TEMPLATES.artifact, page, {
+      headers: { ...user, 'content-type': 'text/html' },
+      body: bytes,
+    });
+    const ART = `${CONTENT_TEMPLATES.artifact}/content`;
+    const html = await call('GET', ART, `${page}/content`, { headers: user });
+    await call('GET', ART, `${page}/content`, { headers: { ...user, range: 'bytes=0-9' } });
+    await call('GET', ART, `${page}/content`, { headers: { ...user, range: 'bytes=0-9,20-29' } });
+    await call('GET', ART, `${page}/content`, { headers: { ...user, 'if-none-match': String(html.headers.etag) } });
+    await call('GET', ART, `${page}/content`, { headers: { ...user, 'if-match': '"other"' } });
+    await call('GET', ART, `${page}/content`, { headers: { ...user, range: 'bytes=99999-' } });
     await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/libs/artifacts/big.bin', {
       headers: { ...user, 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` },
       body: bytes,
@@ -724,6 +818,54 @@ describe('real responses against the document', () => {
     expect(
       undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: CONTENT_TEMPLATES.artifact, status: 499 }]),
     ).toEqual([]);
+  });
+
+  it('the content, metadata and upload routes send exactly the header fields their responses declare', async () => {
+    const doc = await loadOpenApiDocument();
+    expect(headerFieldProblems(doc, traffic)).toEqual([]);
+    // Each status was met, on each kind of route.
+    const met = new Set(
+      traffic
+        .filter((t) => EXACT_TEMPLATES.has(t.template) && EXACT_STATUSES.has(t.res.status))
+        .map((t) => {
+          const bytes = t.template === APT_TEMPLATE || t.template.endsWith('/content');
+          return `${t.method} ${bytes ? 'content' : 'base'} ${t.res.status}`;
+        }),
+    );
+    expect([...met].sort()).toEqual(
+      [
+        'DELETE base 412',
+        'GET base 200',
+        'GET base 304',
+        'GET base 412',
+        'HEAD base 200',
+        'HEAD base 412',
+        'PUT base 200',
+        'PUT base 201',
+        'PUT base 412',
+        'GET content 200',
+        'GET content 206',
+        'GET content 304',
+        'GET content 412',
+        'GET content 416',
+        'HEAD content 200',
+        'HEAD content 412',
+      ].sort(),
+    );
+  });
+
+  it('a header field sent but not declared, or declared but never sent, fails the header check', async () => {
+    const doc = await loadOpenApiDocument();
+    const responses = doc.components.responses as Record<string, { headers: Record<string, unknown> }>;
+    expect(responses.RangeNotSatisfiable!.headers['content-range']).toBeDefined();
+    delete responses.RangeNotSatisfiable!.headers['content-range'];
+    responses.NotModified!.headers.vary = { schema: { type: 'string' } };
+    const problems = headerFieldProblems(doc, traffic);
+    expect(problems).toContain(
+      `GET ${openApiPath(`${CONTENT_TEMPLATES.artifact}/content`)} → 416: content-range sent, not declared by #/components/responses/RangeNotSatisfiable`,
+    );
+    expect(problems).toContain('#/components/responses/NotModified: vary declared, never sent');
+    expect(problems.every((p) => /content-range sent|vary declared/.test(p))).toBe(true);
   });
 
   it('removing a documented status makes the same real traffic fail both checks', async () => {
