@@ -23,6 +23,25 @@ async function asAdmin(adminUrl: string, sql: string): Promise<void> {
 }
 
 /**
+ * `CREATE DATABASE name TEMPLATE template`, by copying the template's files where the server can
+ * (PostgreSQL 15 or later, `STRATEGY FILE_COPY`): its default there writes every block of the copy
+ * to the WAL, about three times the time and CPU for the migrated template (9 MB: 335 against 95 ms
+ * a copy, measured on this machine), and the suites make hundreds of copies. Older servers (one named
+ * by ARKVORY_TEST_DATABASE_URL) copy files anyway and know no STRATEGY.
+ */
+async function copyDatabase(adminUrl: string, name: string, template: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    const { rows } = await admin.query<{ v: string }>('SHOW server_version_num');
+    const strategy = Number(rows[0]?.v) >= 150_000 ? ' STRATEGY FILE_COPY' : '';
+    await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}${strategy}`);
+  } finally {
+    await admin.end();
+  }
+}
+
+/**
  * A pool on `url` that hears the errors of its idle connections: one cut by a test's fault, or by
  * a database drop (`pool.end()` resolves before its connections have closed, and an unheard pool
  * 'error' is an uncaught exception of the test file).
@@ -43,7 +62,8 @@ export async function createDatabase(
 ): Promise<ScratchDatabase> {
   const name = `arkvory_${options.prefix ?? 't'}_${randomBytes(6).toString('hex')}`;
   const template = options.migrated !== false ? options.migratedTemplate : undefined;
-  await asAdmin(adminUrl, template ? `CREATE DATABASE ${name} TEMPLATE ${template}` : `CREATE DATABASE ${name}`);
+  if (template) await copyDatabase(adminUrl, name, template);
+  else await asAdmin(adminUrl, `CREATE DATABASE ${name}`);
   const url = Object.assign(new URL(adminUrl), { pathname: `/${name}` }).toString();
   const pool = openPool(url, options.poolSize ?? 5);
   if (options.migrated !== false && !template) await migrate(pool);
