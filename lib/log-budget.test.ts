@@ -70,27 +70,20 @@ describe('LogBudget', () => {
     expect(budget.take('g', 2601).write).toBe(false);
   });
 
-  it('frees the places of kinds whose interval ends exactly now, not a moment later', () => {
+  it.each([
+    ['whose interval ends exactly now', 0, 1000],
+    // A clock stepped back before the windows started: they are dropped at once.
+    ['whose windows start after a clock that went back', 5000, 4000],
+  ])('frees the places of kinds %s', (_, startMs, laterMs) => {
     const budget = new LogBudget({ linesPerInterval: 1, intervalMs: 1000, maxKinds: 2 });
-    budget.take('a', 0);
-    budget.take('b', 0);
+    budget.take('a', startMs);
+    budget.take('b', startMs);
     // The table is full: d and e share the slot past it, e's line left out there.
-    expect(budget.take('d', 0).write).toBe(true);
-    expect(budget.take('e', 0).write).toBe(false);
-    // At 1000 every interval has ended: c gets a window of its own, which owes no one's count. In
-    // the shared slot it would report e's left-out line.
-    expect(budget.take('c', 1000)).toEqual({ write: true, suppressed: 0 });
-  });
-
-  it('frees the places of kinds whose windows start after a clock that went back', () => {
-    const budget = new LogBudget({ linesPerInterval: 1, intervalMs: 1000, maxKinds: 2 });
-    budget.take('a', 5000);
-    budget.take('b', 5000);
-    expect(budget.take('d', 5000).write).toBe(true);
-    expect(budget.take('e', 5000).write).toBe(false);
-    // Back before the windows started (a clock stepped back): they are dropped at once, though the
-    // sweep at 5000 said none could end before 6000.
-    expect(budget.take('c', 4000)).toEqual({ write: true, suppressed: 0 });
+    expect(budget.take('d', startMs).write).toBe(true);
+    expect(budget.take('e', startMs).write).toBe(false);
+    // Every window is over: c gets one of its own, which owes no one's count. In the shared slot it
+    // would report e's left-out line.
+    expect(budget.take('c', laterMs)).toEqual({ write: true, suppressed: 0 });
   });
 
   it('starts a new interval when the clock goes back', () => {
