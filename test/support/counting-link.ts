@@ -21,6 +21,22 @@ afterAll(async () => {
   for (const link of [...links]) await link.stop();
 });
 
+/**
+ * Bytes from `from` go to `to`, and `from`'s end (its peer's FIN) is passed on as `to`'s end, after
+ * the bytes still queued for `to`: a store that closes its connection after an answer (S3 servers
+ * do for `connection: close`) has its whole answer delivered, as without the link. Destroying `to`
+ * there instead dropped the end of an answer the gateway had not read yet (a 200 cut short), and
+ * reset a peer still sending. With `from` ended its writable side ends too (no half-open
+ * connections), so what `to` receives afterwards has nowhere to go: it is read and dropped.
+ */
+function relay(from: net.Socket, to: net.Socket): void {
+  from.pipe(to);
+  from.on('end', () => {
+    to.unpipe(from);
+    to.resume();
+  });
+}
+
 export async function startCountingLink(target: { host: string; port: number }): Promise<CountingLink> {
   let down = 0;
   let connections = 0;
@@ -32,16 +48,15 @@ export async function startCountingLink(target: { host: string; port: number }):
     origin.on('data', (chunk: Buffer) => {
       down += chunk.length;
     });
-    client.pipe(origin);
-    origin.pipe(client);
-    const close = () => {
+    relay(client, origin);
+    relay(origin, client);
+    // A reset (or any error) on one side is one for the other side too: its peer sees the cut.
+    const cut = () => {
       client.destroy();
       origin.destroy();
-      sockets.delete(client);
-      sockets.delete(origin);
     };
-    client.on('error', close).on('close', close);
-    origin.on('error', close).on('close', close);
+    client.on('error', cut).on('close', () => sockets.delete(client));
+    origin.on('error', cut).on('close', () => sockets.delete(origin));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as net.AddressInfo).port;
