@@ -58,6 +58,13 @@ describe('certificateSans', () => {
       String.raw`othername:"UPN:x\u002c URI:spiffe://example.org/b\u002c DNS:y", URI:spiffe://example.org/c`,
       ['URI:spiffe://example.org/c'],
     ],
+    // Only a whole kind names the kind: one that merely ends in DNS or URI is another.
+    ['Not DNS:evil.example, myURI:spiffe://example.org/admin', []],
+    // A comma inside another kind's quoted value separates nothing: no URI is read out of it.
+    ['email:"a, URI:spiffe://example.org/admin"', []],
+    // Node writes `, ` between names; any blanks after the comma, none included, separate them.
+    ['DNS:a.example,URI:spiffe://example.org/ci', ['DNS:a.example', 'URI:spiffe://example.org/ci']],
+    ['DNS:a.example,  URI:spiffe://example.org/ci', ['DNS:a.example', 'URI:spiffe://example.org/ci']],
     // Exact, as bindings are (docs/tls.md): a trailing dot and a URI's case are kept.
     ['DNS:ci.example.org., URI:SPIFFE://Example.org/ci', ['DNS:ci.example.org.', 'URI:SPIFFE://Example.org/ci']],
   ])('%j → %j', (input, expected) => expect(certificateSans(input)).toEqual(expected));
