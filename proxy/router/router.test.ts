@@ -212,6 +212,29 @@ describe('classifyRequest', () => {
     expect(contentReads).toBeGreaterThan(5000);
   });
 
+  // classifyRequest hands these the path the gateway routes, its dot segments already resolved:
+  // what they promise for a raw path is read from them directly.
+  it.each([
+    ['.', true],
+    ['%2e', true],
+    ['%2E', true],
+    ['..', false],
+    ['x2e', false],
+    ['%3e', false],
+    ['%2f', false],
+    ['%2ex', false],
+  ])('drops a %j segment before matching only when it is a dot segment (%s)', (segment, dropped) => {
+    const segments = ['api', 'v1', 'repositories', 'r', segment, 'artifacts', 'a', 'content'];
+    expect(isContentReadSegments(segments)).toBe(dropped);
+    expect(isContentReadPath(`/${segments.join('/')}`)).toBe(dropped);
+  });
+
+  it('reads no path that does not start with /, with a dot segment or without', () => {
+    expect(isContentReadSegments('api/v1/repositories/r/./artifacts/a/content'.split('/'))).toBe(true);
+    expect(isContentReadPath('xapi/v1/repositories/r/./artifacts/a/content')).toBe(false);
+    expect(isContentReadPath('xapi/v1/repositories/r/artifacts/a/content')).toBe(false);
+  });
+
   it.each([
     ['GET', {}, true],
     ['HEAD', { 'content-length': '0' }, true],
