@@ -14,6 +14,7 @@ import {
   forwardedHost,
   forwardedPrefix,
   forwardingHops,
+  isAuthorityText,
   normalizeAddress,
   parseTrustedProxies,
   requestScheme,
@@ -746,6 +747,19 @@ describe('forwardedHost: the host a trusted proxy says its client asked for', ()
       `${'a'.repeat(250)}.example`,
     ])
       expect(host('10.0.0.1', { 'x-forwarded-host': value }), value).toBeUndefined();
+  });
+});
+
+describe('isAuthorityText: what may stand as the authority of a link', () => {
+  it('takes host names of labels of any length, a trailing dot, IP addresses and a port', () => {
+    for (const text of ['a.example', 'git.a.example.org', 'x.y.z', 'example.org.', '192.0.2.1:8080', '[::1]:443'])
+      expect(isAuthorityText(text), text).toBe(true);
+  });
+
+  it('takes at most 255 characters', () => {
+    const name = (length: number) => `${'a'.repeat(length - '.example'.length)}.example`;
+    expect(isAuthorityText(name(255))).toBe(true);
+    expect(isAuthorityText(name(256))).toBe(false);
   });
 });
 
