@@ -15,7 +15,8 @@ import { connectionNamed, RequestHeader, requestHeaderKind } from './hop-by-hop.
 /** A compiled ARKVORY_TRUSTED_PROXIES list. */
 export interface TrustedProxies {
   readonly entries: readonly string[];
-  isTrusted(address: string): boolean;
+  /** Whether `address` (any form `normalizeAddress` reads) is a trusted proxy's; never an absent one (a closed socket's). */
+  isTrusted(address: string | undefined): boolean;
 }
 
 const NONE: TrustedProxies = { entries: [], isTrusted: () => false };
@@ -138,8 +139,8 @@ export function forwardedForNodes(value: string | string[] | undefined): string[
     const found: Array<string | undefined> = [];
     for (const pair of splitOutsideQuotes(element, ';')) {
       const eq = pair.indexOf('=');
-      // Stryker disable next-line EqualityOperator: equivalent: at 0 the name is empty, never `for`
-      if (eq >= 0 && pair.slice(0, eq).trim().toLowerCase() === 'for')
+      // A pair without `=` names nothing.
+      if (eq !== -1 && pair.slice(0, eq).trim().toLowerCase() === 'for')
         found.push(parameterValue(pair.slice(eq + 1).trim()));
     }
     nodes.push(found.length === 1 && found[0] !== undefined ? found[0] : 'unknown');
@@ -207,21 +208,27 @@ export function clientAddress(req: Pick<IncomingMessage, 'socket' | 'headers'>, 
 /**
  * The `for=` nodes of a `Forwarded` value as `X-Forwarded-For` entries: an address as its canonical
  * text, any other node (`unknown`, `_hidden`, a quoted string) as `unknown`, which stops a walk
- * where the node would. Undefined without a node.
+ * where the node would. Empty without a node.
  */
-function forwardedAsForwardedFor(forwarded: string | undefined): string | undefined {
-  if (forwarded === undefined) return undefined;
-  const nodes = forwardedForNodes(forwarded);
-  return nodes.length === 0 ? undefined : nodes.map((node) => normalizeAddress(node) ?? 'unknown').join(', ');
+function forwardedAsForwardedFor(forwarded: string | undefined): string {
+  return forwardedForNodes(forwarded)
+    .map((node) => normalizeAddress(node) ?? 'unknown')
+    .join(', ');
 }
 
-/** `proto=` of the last element of `Forwarded` (the sending proxy's own), when it is `http` or `https`. */
-function lastForwardedProto(value: string | string[] | undefined): Scheme | undefined {
-  const elements = splitOutsideQuotes(headerText(value) ?? '', ',');
+/**
+ * The `name=` parameter of the last element of `Forwarded` (the sending proxy's own), as sent
+ * (unquoted; undefined for an unclosed quote); undefined when that element has none. The first
+ * such pair counts.
+ */
+function lastForwardedParameter(value: string | string[] | undefined, name: 'proto' | 'host'): string | undefined {
+  const text = headerText(value);
+  if (text === undefined) return undefined;
+  const elements = splitOutsideQuotes(text, ',');
   for (const pair of splitOutsideQuotes(elements.at(-1)!, ';')) {
     const eq = pair.indexOf('=');
-    if (eq < 0 || pair.slice(0, eq).trim().toLowerCase() !== 'proto') continue;
-    return schemeOf(parameterValue(pair.slice(eq + 1).trim()));
+    // A pair without `=` names nothing.
+    if (eq !== -1 && pair.slice(0, eq).trim().toLowerCase() === name) return parameterValue(pair.slice(eq + 1).trim());
   }
   return undefined;
 }
@@ -257,14 +264,7 @@ export function requestScheme(
 ): RequestScheme {
   const socket = req.socket as (typeof req.socket & { encrypted?: boolean }) | null;
   const own: Scheme = socket?.encrypted === true ? 'https' : 'http';
-  const { headers } = req;
-  if (
-    (headers['x-forwarded-proto'] === undefined && headers.forwarded === undefined) ||
-    !trusted.isTrusted(socket?.remoteAddress ?? '')
-  ) {
-    return { scheme: own, fromProxy: false };
-  }
-  const said = schemeSaidByProxy(headers);
+  const said = trusted.isTrusted(socket?.remoteAddress) ? schemeSaidByProxy(req.headers) : undefined;
   return said === undefined ? { scheme: own, fromProxy: false } : { scheme: said, fromProxy: true };
 }
 
@@ -275,7 +275,7 @@ export function requestScheme(
  * the router's forwarding headers both read it so.
  */
 function schemeSaidByProxy(headers: IncomingHttpHeaders): Scheme | undefined {
-  const forwarded = lastForwardedProto(headers.forwarded);
+  const forwarded = schemeOf(lastForwardedParameter(headers.forwarded, 'proto'));
   // A proxy that sets one of the two passes the other on as its client wrote it (HAProxy's
   // `option forwarded` leaves X-Forwarded-Proto, nginx leaves Forwarded): a client's `https` in the
   // one it does not set must not unsay the proxy's `http` in the other.
@@ -298,24 +298,10 @@ export function isAuthorityText(text: string): boolean {
   );
 }
 
-/** `host=` of the last element of `Forwarded` (the sending proxy's own), as sent (unquoted). */
-function lastForwardedHost(value: string | string[] | undefined): string | undefined {
-  const text = headerText(value);
-  if (text === undefined) return undefined;
-  const elements = splitOutsideQuotes(text, ',');
-  for (const pair of splitOutsideQuotes(elements.at(-1)!, ';')) {
-    const eq = pair.indexOf('=');
-    if (eq < 0 || pair.slice(0, eq).trim().toLowerCase() !== 'host') continue;
-    return parameterValue(pair.slice(eq + 1).trim());
-  }
-  return undefined;
-}
-
 /** The last entry of `X-Forwarded-Host` (the one its sender wrote), trimmed; undefined without one. */
 export function lastForwardedHostEntry(value: string | string[] | undefined): string | undefined {
-  const entries = (headerText(value) ?? '').split(',').map((entry) => entry.trim());
-  const last = entries.at(-1);
-  return last === undefined || last === '' ? undefined : last;
+  const last = (headerText(value) ?? '').split(',').pop()!.trim();
+  return last === '' ? undefined : last;
 }
 
 /**
@@ -331,11 +317,10 @@ export function forwardedHost(
   req: Pick<IncomingMessage, 'socket' | 'headers'>,
   trusted: TrustedProxies,
 ): string | undefined {
+  if (!trusted.isTrusted(req.socket?.remoteAddress)) return undefined;
   const { headers } = req;
-  if (headers['x-forwarded-host'] === undefined && headers.forwarded === undefined) return undefined;
-  if (!trusted.isTrusted(req.socket?.remoteAddress ?? '')) return undefined;
   const fromXfh = lastForwardedHostEntry(headers['x-forwarded-host']);
-  const fromForwarded = lastForwardedHost(headers.forwarded);
+  const fromForwarded = lastForwardedParameter(headers.forwarded, 'host');
   if (fromXfh !== undefined && fromForwarded !== undefined && fromXfh.toLowerCase() !== fromForwarded.toLowerCase())
     return undefined;
   const host = fromXfh ?? fromForwarded;
@@ -358,7 +343,7 @@ const MAX_FORWARDED_PREFIX_LENGTH = 256;
  */
 export function forwardedPrefix(req: Pick<IncomingMessage, 'socket' | 'headers'>, trusted: TrustedProxies): string {
   const value = req.headers['x-forwarded-prefix'];
-  if (typeof value !== 'string' || !trusted.isTrusted(req.socket?.remoteAddress ?? '')) return '';
+  if (typeof value !== 'string' || !trusted.isTrusted(req.socket?.remoteAddress)) return '';
   const text = value.trim();
   if (text.length > MAX_FORWARDED_PREFIX_LENGTH || !/^(?:\/[A-Za-z0-9._~-]+)*\/?$/.test(text)) return '';
   if (text.split('/').some((segment) => segment === '.' || segment === '..')) return '';

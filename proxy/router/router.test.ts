@@ -640,6 +640,16 @@ describe('requestScheme: the scheme a request arrived with', () => {
     expect(scheme('10.0.0.1', false, { 'x-forwarded-proto': '', forwarded: 'proto=https' }).scheme).toBe('https');
   });
 
+  it('reads proto= as RFC 7239 writes a pair: blanks around it and its `=` dropped, a pair without `=` naming nothing', () => {
+    for (const forwarded of [
+      'for=192.0.2.7; proto=https',
+      'for=192.0.2.7;proto = https',
+      'for=192.0.2.7;proto= "https"',
+      'for=192.0.2.7;protox;proto=https',
+    ])
+      expect(scheme('10.0.0.1', false, { forwarded }), forwarded).toEqual({ scheme: 'https', fromProxy: true });
+  });
+
   it("a word other than http or https says nothing: the listener's own scheme stands", () => {
     for (const headers of [
       { 'x-forwarded-proto': 'wss' },
@@ -679,6 +689,9 @@ describe('forwardedPrefix: the path a trusted proxy publishes the gateway under'
   it('is nothing from a peer that is no trusted proxy, whatever it says', () => {
     expect(prefix('192.0.2.9', '/arkvory')).toBe('');
     expect(prefix(undefined as unknown as string, '/arkvory')).toBe('');
+    // Nor from a request whose socket is gone (node:http may null it).
+    const detached = { socket: null, headers: { 'x-forwarded-prefix': '/arkvory' } };
+    expect(forwardedPrefix(detached as unknown as Parameters<typeof forwardedPrefix>[0], trusted)).toBe('');
   });
 
   it('says nothing when it is not a plain path prefix: the gateway never puts a host, a query or a climb in a link', () => {
@@ -726,6 +739,22 @@ describe('forwardedHost: the host a trusted proxy says its client asked for', ()
     );
     expect(host('10.0.0.1', {})).toBeUndefined();
     expect(host('10.0.0.1', { forwarded: 'for=192.0.2.7;proto=https' })).toBeUndefined();
+  });
+
+  it('reads host= as RFC 7239 writes a pair: blanks around it and its `=` dropped, a pair without `=` naming nothing', () => {
+    expect(host('10.0.0.1', { forwarded: 'for=192.0.2.7; host=a.example' })).toBe('a.example');
+    expect(host('10.0.0.1', { forwarded: 'for=192.0.2.7;Host = "a.example:8443"' })).toBe('a.example:8443');
+    expect(host('10.0.0.1', { forwarded: 'for=192.0.2.7;hostx;host=a.example' })).toBe('a.example');
+  });
+
+  it('takes an empty X-Forwarded-Host for none: the Forwarded host= stands', () => {
+    expect(host('10.0.0.1', { 'x-forwarded-host': '', forwarded: 'for=192.0.2.7;host=a.example' })).toBe('a.example');
+    expect(host('10.0.0.1', { 'x-forwarded-host': ' ' })).toBeUndefined();
+  });
+
+  it('is nothing from a request whose socket is gone (node:http may null it)', () => {
+    const detached = { socket: null, headers: { 'x-forwarded-host': 'tools.example.com' } };
+    expect(forwardedHost(detached as unknown as Parameters<typeof forwardedHost>[0], trusted)).toBeUndefined();
   });
 
   it('is nothing from a peer that is no trusted proxy, when the two headers disagree, or when it is no plain authority', () => {
@@ -927,6 +956,8 @@ describe('buildUpstreamHeaders', () => {
     // A node that names no address stays one that stops the walk, in either header.
     expect(sent(build('for=198.51.100.7, for=_hidden'), 'x-forwarded-for')).toBe('198.51.100.7, unknown, 127.0.0.2');
     expect(sent(build('proto=https'), 'x-forwarded-for')).toBe('unknown, 127.0.0.2');
+    // A Forwarded of empty elements names no hop: the chain starts at the proxy.
+    expect(sent(build(' , '), 'x-forwarded-for')).toBe('127.0.0.2');
     // The gateway behind, trusting router and proxy, finds the proxy's client either way.
     const behind = createTrustedProxies(['127.0.0.1', '127.0.0.2']);
     const req = {
