@@ -2,8 +2,14 @@
  * The HTTP edge of the static-HTTP store: one keep-alive undici `Pool` per store (never `fetch`,
  * which decompresses), and the mapping of undici's stable error codes to storage codes.
  */
-import { Pool } from 'undici';
+import { createRequire } from 'node:module';
+import type { Pool } from 'undici';
 import { StorageError } from '../errors.ts';
+
+// undici (110 modules, about a sixth of a gateway's start-up CPU) is loaded by the first store that
+// reaches a server: a gateway on a directory never needs it. `require`, not `import()`: a store
+// opens its pool in its constructor, synchronously.
+const requireModule = createRequire(import.meta.url);
 
 /** Connect, header and body-silence timeouts end as `upstream_timeout`; see undici's Errors.md. */
 const TIMEOUT_CODES = new Set([
@@ -65,7 +71,8 @@ export interface UpstreamOptions {
 }
 
 export function createUpstreamPool(origin: string, options: UpstreamOptions): Pool {
-  return new Pool(origin, {
+  const undici = requireModule('undici') as typeof import('undici');
+  return new undici.Pool(origin, {
     connectTimeout: options.connectTimeoutMs,
     headersTimeout: options.timeoutMs,
     // undici only counts body silence while the body is flowing: a paused (slow-client) body never times out.
