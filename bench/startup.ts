@@ -1,7 +1,8 @@
 /**
  * What a process's start costs: the CPU seconds a gateway (directory store, no Redis, the embedded
  * defaults otherwise) spends from spawn until `/health/status` answers 200, and the CPU seconds of
- * `arkvory --help` (a CLI command's start: the command table and the configuration, nothing run).
+ * `arkvory --help` (the table of every command, nothing run) and of `arkvory keys --help` (one
+ * command's start: its module alone, its help printed, nothing run).
  * A test run starts several hundred of each, and a worker or a restarted gateway pays the same.
  * With `--compare-root` the same starts of another checkout (the code before a change) run in the
  * same interleaved rounds, on the same database and data directory; medians and the ratio are printed.
@@ -23,13 +24,14 @@ interface Contender {
   readonly checkout: string;
   readonly gateway: number[];
   readonly help: number[];
+  readonly command: number[];
 }
 
-/** User + system CPU seconds of one `arkvory --help` of `checkout` (bash's `time`: the child's own rusage). */
-async function helpCpuSeconds(checkout: string): Promise<number> {
+/** User + system CPU seconds of one `arkvory <args>` of `checkout` (bash's `time`: the child's own rusage). */
+async function cliCpuSeconds(checkout: string, ...cliArgs: string[]): Promise<number> {
   const bin = path.join(checkout, path.relative(REPO_ROOT, ARKVORY_BIN));
   const script = 'TIMEFORMAT="%3U %3S"; { time "$@" >/dev/null 2>&1; } 2>&1';
-  const { stdout } = await promisify(execFile)('bash', ['-c', script, 'startup', process.execPath, bin, '--help'], {
+  const { stdout } = await promisify(execFile)('bash', ['-c', script, 'startup', process.execPath, bin, ...cliArgs], {
     env: process.env,
   });
   const [user, system] = stdout.trim().split(/\s+/).map(Number);
@@ -39,9 +41,15 @@ async function helpCpuSeconds(checkout: string): Promise<number> {
 async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-startup-');
   const run = await BenchRun.open(work, args['database-url']);
-  const contenders: Contender[] = [{ name: 'this checkout', checkout: REPO_ROOT, gateway: [], help: [] }];
+  const contenders: Contender[] = [{ name: 'this checkout', checkout: REPO_ROOT, gateway: [], help: [], command: [] }];
   if (args['compare-root'])
-    contenders.push({ name: 'compare', checkout: path.resolve(args['compare-root']), gateway: [], help: [] });
+    contenders.push({
+      name: 'compare',
+      checkout: path.resolve(args['compare-root']),
+      gateway: [],
+      help: [],
+      command: [],
+    });
   try {
     const { url } = await run.seededDatabase();
     const dataDir = path.join(work, 'data');
@@ -50,7 +58,8 @@ async function main(): Promise<void> {
       await (
         await run.gateway(c.name, { ARKVORY_DATA_DIR: dataDir }, { databaseUrl: url, checkout: c.checkout })
       ).stop();
-      await helpCpuSeconds(c.checkout);
+      await cliCpuSeconds(c.checkout, '--help');
+      await cliCpuSeconds(c.checkout, 'keys', '--help');
     }
     for (let round = 0; round < ROUNDS; round++) {
       for (const i of rotatedOrder(contenders.length, round)) {
@@ -62,7 +71,8 @@ async function main(): Promise<void> {
         );
         c.gateway.push(await cpuSeconds(gateway.child.pid!));
         await gateway.stop();
-        c.help.push(await helpCpuSeconds(c.checkout));
+        c.help.push(await cliCpuSeconds(c.checkout, '--help'));
+        c.command.push(await cliCpuSeconds(c.checkout, 'keys', '--help'));
       }
     }
   } finally {
@@ -70,14 +80,16 @@ async function main(): Promise<void> {
     await rm(work, { recursive: true, force: true });
   }
   console.log(`bench/startup.ts: ${ROUNDS} interleaved rounds, CPU seconds (user + system), medians`);
-  console.log('| checkout | gateway start to serving | arkvory --help |');
-  console.log('| --- | ---: | ---: |');
+  console.log('| checkout | gateway start to serving | arkvory --help | arkvory keys --help |');
+  console.log('| --- | ---: | ---: | ---: |');
   for (const c of contenders)
-    console.log(`| ${c.name} (${c.checkout}) | ${median(c.gateway).toFixed(2)} | ${median(c.help).toFixed(2)} |`);
+    console.log(
+      `| ${c.name} (${c.checkout}) | ${median(c.gateway).toFixed(2)} | ${median(c.help).toFixed(2)} | ${median(c.command).toFixed(2)} |`,
+    );
   if (contenders.length === 2) {
     const [a, b] = contenders as [Contender, Contender];
     console.log(
-      `this ÷ compare: gateway ${(median(a.gateway) / median(b.gateway)).toFixed(2)}, --help ${(median(a.help) / median(b.help)).toFixed(2)}`,
+      `this ÷ compare: gateway ${(median(a.gateway) / median(b.gateway)).toFixed(2)}, --help ${(median(a.help) / median(b.help)).toFixed(2)}, keys --help ${(median(a.command) / median(b.command)).toFixed(2)}`,
     );
   }
 }

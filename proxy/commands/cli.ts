@@ -1,14 +1,6 @@
 import { cliFailureLine, cliFailureOf } from './cli-failure.ts';
-import { type Command, CommandFailure, invoke, UsageError, usageErrorLine } from './command.ts';
-
-/**
- * The command named `name`. `serve` is loaded alone: the other commands' modules (database
- * clients, stores, backup) would stay in a long-running process's heap for nothing (serve.ts).
- */
-async function commandNamed(name: string): Promise<Command | undefined> {
-  if (name === 'serve') return (await import('./serve-command.ts')).serveCommand;
-  return (await import('./index.ts')).COMMANDS.find((c) => c.name === name);
-}
+import { loadCommand } from './command-modules.ts';
+import { CommandFailure, invoke, UsageError, usageErrorLine } from './command.ts';
 
 async function topUsage(): Promise<string> {
   const { COMMANDS } = await import('./index.ts');
@@ -33,7 +25,7 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(await topUsage());
     return 2;
   }
-  const command = await commandNamed(name);
+  const command = await loadCommand(name);
   if (!command) {
     process.stderr.write(usageErrorLine('arkvory', `unknown command "${name}"`));
     return 2;
