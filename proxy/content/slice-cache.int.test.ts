@@ -14,7 +14,7 @@ import { parseMultipart, randomContent, request, requestDigest, sha256 } from '.
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { isS3Kind, startStoreBacking, STORE_KINDS, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { waitForSliceFills } from '../../test/harness/index.ts';
+import { waitForSliceFills, waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
@@ -247,12 +247,23 @@ describe.each(REMOTE_KINDS)('slice cache in front of $server', ({ kind }) => {
     let gw = await startGateway({ env: env() });
     const blob = randomContent(6 * MiB);
     const url = await upload(gw, 'crash.bin', blob);
-    // Mid-fill: a slow reader keeps the fills running while the process is killed.
-    const download = await fetch(url, { headers: auth() });
-    const reader = download.body!.getReader();
-    await reader.read();
-    await gw.stop('SIGKILL');
-    await reader.cancel().catch(() => {});
+    // Mid-fill: the origin stops after a slice and a half, so the fills of the rest wait for its
+    // bytes when the process is killed.
+    const before = link.fromOrigin();
+    link.holdAfter(SLICE + SLICE / 2);
+    try {
+      const download = await fetch(url, { headers: auth() });
+      const reader = download.body!.getReader();
+      await reader.read();
+      await waitUntil(() => link.fromOrigin() - before >= SLICE + SLICE / 2, {
+        what: 'a slice and a half from the origin',
+      });
+      await gw.stop('SIGKILL');
+      expect(link.fromOrigin() - before).toBeLessThan(blob.length / 2);
+      await reader.cancel().catch(() => {});
+    } finally {
+      link.release();
+    }
     gw = await startGateway({ env: env() });
     // The fills the kill interrupted left only temporaries, removed at start.
     expect(await readdir(path.join(cacheDir, 'tmp'))).toEqual([]);

@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { waitUntil } from '../harness/index.ts';
 import { startCountingLink } from './counting-link.ts';
 
 const servers: net.Server[] = [];
@@ -48,6 +49,33 @@ describe('counting link', () => {
     expect(await outcome).toBeUndefined();
     expect(Buffer.concat(received).equals(answer)).toBe(true);
     client.destroy();
+    await link.stop();
+  });
+
+  it('holds the origin back after the bytes it was allowed, new connections too, and passes the rest once released', async () => {
+    const answer = randomBytes(4 * 1024 * 1024);
+    const store = await closingStore(answer);
+    const link = await startCountingLink({ host: '127.0.0.1', port: store.port });
+    const ALLOWED = 256 * 1024;
+    link.holdAfter(ALLOWED);
+    const read = (socket: net.Socket) => {
+      const chunks: Buffer[] = [];
+      socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+      const ended = new Promise<void>((resolve) => socket.on('end', () => resolve()));
+      return { bytes: () => Buffer.concat(chunks), ended };
+    };
+    const first = read(net.connect(link.port, link.host));
+    await waitUntil(() => link.fromOrigin() >= ALLOWED, { what: 'the allowed bytes' });
+    // A new connection once the allowance is spent passes nothing; the first stops within a chunk.
+    const second = read(net.connect(link.port, link.host));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(link.fromOrigin()).toBeLessThan(ALLOWED + 128 * 1024);
+    expect(first.bytes().length).toBeLessThan(ALLOWED + 128 * 1024);
+    expect(second.bytes().length).toBe(0);
+    link.release();
+    await Promise.all([first.ended, second.ended]);
+    expect(first.bytes().equals(answer)).toBe(true);
+    expect(second.bytes().equals(answer)).toBe(true);
     await link.stop();
   });
 });

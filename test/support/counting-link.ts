@@ -13,6 +13,13 @@ export interface CountingLink {
   fromOrigin(): number;
   /** Connections made through the link. */
   connections(): number;
+  /**
+   * Lets at most `bytes` more (and the rest of the chunk that crosses them) pass from the origin,
+   * then holds its bytes back on every connection, new ones too, until `release`: an origin that
+   * stops answering mid-body.
+   */
+  holdAfter(bytes: number): void;
+  release(): void;
   stop(): Promise<void>;
 }
 
@@ -40,16 +47,24 @@ function relay(from: net.Socket, to: net.Socket): void {
 export async function startCountingLink(target: { host: string; port: number }): Promise<CountingLink> {
   let down = 0;
   let connections = 0;
+  /** Where the origin's bytes stop passing (a count of `down`); none while undefined. */
+  let holdAt: number | undefined;
   const sockets = new Set<net.Socket>();
+  const origins = new Set<net.Socket>();
   const server = net.createServer((client) => {
     connections++;
     const origin = net.connect(target.port, target.host);
     sockets.add(client).add(origin);
+    origins.add(origin);
     origin.on('data', (chunk: Buffer) => {
       down += chunk.length;
+      if (holdAt !== undefined && down >= holdAt) for (const o of origins) o.pause();
     });
+    origin.on('close', () => origins.delete(origin));
     relay(client, origin);
     relay(origin, client);
+    // After the relay: piping resumes its source.
+    if (holdAt !== undefined && down >= holdAt) origin.pause();
     // A reset (or any error) on one side is one for the other side too: its peer sees the cut.
     const cut = () => {
       client.destroy();
@@ -65,6 +80,13 @@ export async function startCountingLink(target: { host: string; port: number }):
     port,
     fromOrigin: () => down,
     connections: () => connections,
+    holdAfter(bytes) {
+      holdAt = down + bytes;
+    },
+    release() {
+      holdAt = undefined;
+      for (const o of origins) o.resume();
+    },
     async stop() {
       links.delete(link);
       for (const s of sockets) s.destroy();
