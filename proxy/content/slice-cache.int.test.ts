@@ -227,6 +227,31 @@ describe.each(REMOTE_KINDS)('slice cache in front of $server', ({ kind }) => {
     expect(metrics).toMatch(/arkvory_slice_cache_digest_failures_total\{where="origin"\} [1-9]/);
   });
 
+  it('a store link reset mid-slice is read on from where it stopped: the client gets every byte, the slices are kept', async () => {
+    cacheDir = await makeTempDir('arkvory-slice-cache-');
+    const gw = await startGateway({ env: env() });
+    const blob = randomContent(4 * MiB);
+    const url = await upload(gw, 'reset.bin', blob);
+    const connections = link.connections();
+    link.cutOnceAfter(2 * SLICE + SLICE / 3);
+    const res = await request(url, { headers: auth() });
+    expect(res.status).toBe(200);
+    expect(sha256(res.body)).toBe(sha256(blob));
+    expect(link.connections() - connections).toBeGreaterThanOrEqual(2);
+    const metrics = await (await fetch(`${gw.url}/metrics`)).text();
+    expect(metrics).toMatch(/^arkvory_slice_cache_origin_resumes_total 1$/m);
+    expect(
+      gw.logLines().filter((l) => String(l.msg).startsWith("the artifact store's answer stopped mid-slice")),
+    ).toHaveLength(1);
+    await waitForSliceFills(gw.url);
+    expect((await files(cacheDir)).filter((f) => path.basename(f).startsWith(sha256(blob)))).toHaveLength(4);
+    // Warm: served from the kept slices, nothing more from the store.
+    const before = link.fromOrigin();
+    expect(sha256((await request(url, { headers: auth() })).body)).toBe(sha256(blob));
+    expect(link.fromOrigin() - before).toBeLessThan(64 * 1024);
+    await gw.stop();
+  });
+
   it('evicts least recently used slices to stay under its bound', async () => {
     cacheDir = await makeTempDir('arkvory-slice-cache-');
     const gw = await startGateway({ env: env({ ARKVORY_CACHE_MAX_BYTES: String(4 * MiB) }) });

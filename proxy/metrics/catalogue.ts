@@ -364,6 +364,12 @@ export const GATEWAY_METRICS = [
     help: 'Fills stopped before they were complete because every client reading them went away (not kept; a later read fetches the slice again).',
   },
   {
+    name: 'arkvory_slice_cache_origin_resumes_total',
+    type: 'counter',
+    labels: [],
+    help: 'Store answers that failed or ended in the middle of a run of slices and were read on from where they stopped (at most twice a run; a third stop fails the slice being filled and the rest of the run).',
+  },
+  {
     name: 'arkvory_slice_cache_held_bytes',
     type: 'gauge',
     labels: [],

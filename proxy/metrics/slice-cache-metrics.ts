@@ -54,6 +54,9 @@ export function registerSliceCacheMetrics(registry: Registry, stats: () => Slice
   counter(registry, 'arkvory_slice_cache_abandoned_fills_total', function () {
     slice(this, (s) => [[{}, s.abandonedFills]]);
   });
+  counter(registry, 'arkvory_slice_cache_origin_resumes_total', function () {
+    slice(this, (s) => [[{}, s.originResumes]]);
+  });
   gauge(registry, 'arkvory_slice_cache_held_bytes', function () {
     slice(this, (s) => [[{}, s.heldBytes]]);
   });

@@ -97,6 +97,8 @@ export interface SliceCacheStats {
   relayedFills: number;
   /** Fills stopped because every reader of them went away (#stillWanted). */
   abandonedFills: number;
+  /** Store answers that failed or ended mid-run, read on from where they stopped (#runFills). */
+  originResumes: number;
   heldBytes: number;
   heldSlices: number;
   /** Bytes of fill buffers held now (slices in memory: being fetched, waiting for the disk, or relayed). */
@@ -132,6 +134,12 @@ const ABANDONED = new StorageError(
 const MAX_OPEN_FILES = 256;
 /** Largest read of a slice file at a time while it is hashed (#check). */
 const HASH_READ_BYTES = 1024 * 1024;
+/**
+ * How many times one run of fills reads on from where the store's answer failed or ended early
+ * before it gives up: a connection reset mid-body then costs a client nothing, a store that keeps
+ * failing still fails the run at once.
+ */
+const ORIGIN_RESUMES = 2;
 /** Largest read from the origin into a fill's buffer at a time. */
 const ORIGIN_READ_BYTES = 1024 * 1024;
 /** Fill buffers kept for the next fills (SliceBuffers): enough for a read and its readahead at 8 MiB slices. */
@@ -194,6 +202,7 @@ export class SliceCache {
     evictions: 0,
     relayedFills: 0,
     abandonedFills: 0,
+    originResumes: 0,
     heldBytes: 0,
     heldSlices: 0,
     memoryBytes: 0,
@@ -648,13 +657,31 @@ export class SliceCache {
 
   /**
    * Fills consecutive slices from one origin read of their span, in order. A slice that fails its
-   * digest is fetched once more on its own (the run goes on after it); an origin failure fails the
-   * slice being filled and the rest of the run. A verified slice's file is written behind (#keep):
-   * the run does not wait for the disk.
+   * digest is fetched once more on its own (the run goes on after it). A store answer that fails or
+   * ends early is read on from where it stopped (a new ranged read of the rest of the span, at most
+   * ORIGIN_RESUMES times a run): the slice being filled keeps its bytes and its digest covers both
+   * reads. Past that, or when the new read is refused, the failure fails the slice being filled and
+   * the rest of the run. A verified slice's file is written behind (#keep): the run does not wait
+   * for the disk.
    */
   async #runFills(jobs: readonly FillJob[], origin: OriginRead): Promise<void> {
     const span = { start: jobs[0]!.range.start, end: jobs.at(-1)!.range.end };
     let run: OriginRun | undefined;
+    let resumes = 0;
+    const resume = async (from: number, cut: Error): Promise<OriginRun> => {
+      if (resumes >= ORIGIN_RESUMES || this.#closed) throw cut;
+      resumes++;
+      await run?.close().catch(() => {});
+      run = undefined;
+      const rest = { start: from, end: span.end };
+      this.stats.originResumes++;
+      this.#options.log.warn(
+        { sha256: jobs[0]!.sha256, from, cause: (cut as { code?: unknown }).code ?? cut.message },
+        "the artifact store's answer stopped mid-slice; reading on from where it stopped",
+      );
+      run = new OriginRun(await origin(rest), rest);
+      return run;
+    };
     let failure: Error | undefined;
     /** The job being filled. */
     let current = 0;
@@ -684,7 +711,7 @@ export class SliceCache {
           try {
             const wanted = () => wantedFrom(at);
             if (!wanted()) throw ABANDONED;
-            if (await this.#pullVerified(job, run, 1, wanted)) {
+            if (await this.#pullVerified(job, run, 1, wanted, resume)) {
               void this.#keep(job).then(
                 (kept) => {
                   if (!kept) this.stats.relayedFills++;
@@ -764,22 +791,43 @@ export class SliceCache {
     }
   }
 
-  /** Pulls one slice from `run` into its fill while hashing it: verified (true), or a mismatch (counted, logged). */
-  async #pullVerified(job: FillJob, run: OriginRun, attempt: number, wanted?: () => boolean): Promise<boolean> {
+  /**
+   * Pulls one slice from `run` into its fill while hashing it: verified (true), or a mismatch
+   * (counted, logged). With `resume`, an answer that fails or ends before the slice is whole is
+   * read on from its next byte (`resume` gives the new read, or throws the cut).
+   */
+  async #pullVerified(
+    job: FillJob,
+    run: OriginRun,
+    attempt: number,
+    wanted?: () => boolean,
+    resume?: (from: number, cut: Error) => Promise<OriginRun>,
+  ): Promise<boolean> {
     const { sha256, digests, index, range, fill } = job;
     // On this thread: a round trip to the hashing worker at the end of every slice delayed
     // its readers more than the hashing costs here (measured, docs/storage-and-content.md).
     const hash = createHash('sha256');
-    await run.into(fill, range.start, (piece) => {
-      if (wanted && !wanted()) throw ABANDONED;
-      hash.update(piece);
-      this.stats.originBytes += piece.length;
-    });
-    if (fill.length !== fill.sliceLength)
-      throw new StorageError(
+    for (let source = run; ; ) {
+      let cut: Error | undefined;
+      try {
+        await source.into(fill, range.start, (piece) => {
+          if (wanted && !wanted()) throw ABANDONED;
+          hash.update(piece);
+          this.stats.originBytes += piece.length;
+        });
+      } catch (err) {
+        if (err === ABANDONED || !resume) throw err;
+        cut = err as Error;
+      }
+      if (fill.length === fill.sliceLength) break;
+      cut ??= new StorageError(
         'upstream_unreachable',
         `The artifact store ended slice ${index} of blob ${sha256} after ${fill.length} of ${fill.sliceLength} bytes.`,
       );
+      // Nobody waits for the rest any more: stopped, not read on.
+      if (!resume || (wanted && !wanted())) throw cut;
+      source = await resume(range.start + fill.length, cut);
+    }
     if (hash.digest().equals(sliceDigest(digests, index))) {
       // Served from memory at once; readers arriving while its file is written join this fill.
       fill.verify();

@@ -17,20 +17,30 @@ const digestsOf = (blob: Buffer): SliceDigests => digestsAt(blob, SLICE);
 
 /**
  * The origin as the cache sees it: ranged reads of `served` (the bytes the store holds), each
- * recorded; lent chunks of an odd size (so chunks cross slice boundaries) or plain reads.
+ * recorded; lent chunks of an odd size (so chunks cross slice boundaries) or plain reads. From
+ * `failAt` on every read fails; `cutFirstAt` stops only the first read there, with an error or by
+ * ending its answer early.
  */
-function origin(served: () => Buffer, options: { lends: boolean; failAt?: number }) {
+function origin(
+  served: () => Buffer,
+  options: { lends: boolean; failAt?: number; cutFirstAt?: { at: number; how: 'error' | 'end' } },
+) {
   const opened: ByteRange[] = [];
   const read: OriginRead = async (range) => {
     opened.push(range);
-    const check = (position: number) => {
+    const cut = opened.length === 1 ? options.cutFirstAt : undefined;
+    /** Whether the answer ends before `position`; throws where it fails. */
+    const ended = (position: number): boolean => {
       if (options.failAt !== undefined && position >= options.failAt)
         throw Object.assign(new Error('the store went away'), { code: 'upstream_unreachable' });
+      if (cut === undefined || position < cut.at) return false;
+      if (cut.how === 'end') return true;
+      throw Object.assign(new Error('the connection was reset'), { code: 'ECONNRESET' });
     };
     const reader: BlobReader = {
       sizeBytes: served().length,
       async read(buffer, offset, length, position) {
-        check(position);
+        if (ended(position)) return { bytesRead: 0 };
         const n = Math.min(length, 10_000, range.end + 1 - position);
         served().copy(buffer, offset, position, position + n);
         return { bytesRead: n };
@@ -40,7 +50,7 @@ function origin(served: () => Buffer, options: { lends: boolean; failAt?: number
     if (options.lends)
       reader.chunks = async function* (r) {
         for (let position = r.start; position <= r.end; position += 10_000) {
-          check(position);
+          if (ended(position)) return;
           yield Buffer.from(served().subarray(position, Math.min(position + 10_000, r.end + 1)));
         }
       };
@@ -120,19 +130,48 @@ describe('a run of slices filled from one origin read', () => {
     for (const s of sources) cache.release(s);
   });
 
-  it('an origin failure mid-run fails the slice being filled and the rest, never the verified ones', async () => {
+  it('an origin that keeps failing mid-run is read on twice, then fails the slice being filled and the rest, never the verified ones', async () => {
     const cache = await openCache();
     const blob = randomBytes(4 * SLICE);
     const d = digestsOf(blob);
-    const o = origin(() => blob, { lends: true, failAt: 2 * SLICE + 20_000 });
+    const failAt = 2 * SLICE + 20_000;
+    const o = origin(() => blob, { lends: true, failAt });
     const sources = cache.acquireRun('c'.repeat(64), d, 0, 3, o.read);
     const fills = sources.map(fillOf);
     await Promise.all(fills.map((f) => f.done));
     expect(fills.map((f) => f.state)).toEqual(['verified', 'verified', 'failed', 'failed']);
     expect(fills[3]!.error).toBe(fills[2]!.error);
     await expect(bytesOf(fills[2]!)).rejects.toThrow('the store went away');
+    // Each read on starts at the first byte the slice lacks (chunks of 10,000 from the span's start).
+    const stopped = { start: Math.ceil(failAt / 10_000) * 10_000, end: 4 * SLICE - 1 };
+    expect(o.opened).toEqual([{ start: 0, end: 4 * SLICE - 1 }, stopped, stopped]);
+    expect(cache.stats.originResumes).toBe(2);
     for (const s of sources) cache.release(s);
   });
+
+  for (const how of ['error', 'end'] as const)
+    for (const lends of [true, false])
+      it(`an origin answer that stops mid-slice once (${how === 'error' ? 'a reset' : 'ended early'}, ${lends ? 'lent chunks' : 'reads'}) is read on from its next byte: every slice verified, byte-exact`, async () => {
+        const cache = await openCache();
+        const blob = randomBytes(4 * SLICE);
+        const d = digestsOf(blob);
+        const at = 2 * SLICE + 20_000;
+        const o = origin(() => blob, { lends, cutFirstAt: { at, how } });
+        const sources = cache.acquireRun('d'.repeat(64), d, 0, 3, o.read);
+        const fills = sources.map(fillOf);
+        const bytes = await Promise.all(fills.map(bytesOf));
+        expect(fills.map((f) => f.state)).toEqual(['verified', 'verified', 'verified', 'verified']);
+        expect(Buffer.concat(bytes).equals(blob)).toBe(true);
+        // Lent chunks stop at a chunk's start; reads where the slice's next read began.
+        const from = lends ? Math.ceil(at / 10_000) * 10_000 : 2 * SLICE + Math.ceil(20_000 / 10_000) * 10_000;
+        expect(o.opened).toEqual([
+          { start: 0, end: 4 * SLICE - 1 },
+          { start: from, end: 4 * SLICE - 1 },
+        ]);
+        expect(cache.stats.originResumes).toBe(1);
+        expect(cache.stats.digestFailures.origin).toBe(0);
+        for (const s of sources) cache.release(s);
+      });
 });
 
 /** An origin whose pieces (SLICE / 4 bytes each) come one per `next()`; records closes. */

@@ -20,6 +20,8 @@ export interface CountingLink {
    */
   holdAfter(bytes: number): void;
   release(): void;
+  /** Resets the connection carrying the origin's bytes once `bytes` more have passed: a store link cut mid-answer. */
+  cutOnceAfter(bytes: number): void;
   stop(): Promise<void>;
 }
 
@@ -49,6 +51,8 @@ export async function startCountingLink(target: { host: string; port: number }):
   let connections = 0;
   /** Where the origin's bytes stop passing (a count of `down`); none while undefined. */
   let holdAt: number | undefined;
+  /** Where the connection carrying the origin's bytes is reset, once (a count of `down`). */
+  let cutAt: number | undefined;
   const sockets = new Set<net.Socket>();
   const origins = new Set<net.Socket>();
   const server = net.createServer((client) => {
@@ -59,6 +63,10 @@ export async function startCountingLink(target: { host: string; port: number }):
     origin.on('data', (chunk: Buffer) => {
       down += chunk.length;
       if (holdAt !== undefined && down >= holdAt) for (const o of origins) o.pause();
+      if (cutAt !== undefined && down >= cutAt) {
+        cutAt = undefined;
+        cut();
+      }
     });
     origin.on('close', () => origins.delete(origin));
     relay(client, origin);
@@ -80,6 +88,9 @@ export async function startCountingLink(target: { host: string; port: number }):
     port,
     fromOrigin: () => down,
     connections: () => connections,
+    cutOnceAfter(bytes) {
+      cutAt = down + bytes;
+    },
     holdAfter(bytes) {
       holdAt = down + bytes;
     },
