@@ -115,11 +115,13 @@ describe.each(STORE_KINDS)('two restores racing for one root ($server)', ({ kind
     const pools = await targets();
     const place = `empty-${kind}`;
     let arrived = 0;
-    let bothOpened!: () => void;
-    const opened = new Promise<void>((resolve) => {
-      bothOpened = resolve;
+    let bothRead!: () => void;
+    const read = new Promise<void>((resolve) => {
+      bothRead = resolve;
     });
-    // Each reads the root's storage-id (none) only once both have: the instant the race needs.
+    // Each is answered its read of the root's storage-id (none) only once both have read it: the
+    // instant the race needs. (Held until both had only opened the root, the second could read the
+    // first's claim, which bears this process's pid and so is taken for a stopped restore's.)
     const outcomes = await Promise.allSettled(
       pools.map((pool) =>
         runRestore({
@@ -128,13 +130,16 @@ describe.each(STORE_KINDS)('two restores racing for one root ($server)', ({ kind
           codeSchemaVersion,
           openTarget: async (id) => {
             const store = await backing.openAt(place, 'writer', pool, { restoreAs: id });
-            if (++arrived === 2) bothOpened();
-            return heldFirstRead(store, opened);
+            return heldFirstRead(store, read, () => {
+              if (++arrived === 2) bothRead();
+            });
           },
         }),
       ),
     );
-    await oneWins(outcomes, pools);
+    const { refusal } = await oneWins(outcomes, pools);
+    // Lost at the claim: both had found the root empty (a store with tokens may be found mid-claim).
+    expect(refusal.message).toMatch(/appeared after this restore found the root empty|another restore is claiming/);
     const probe = backing.probeAt(place);
     expect(await probe.files('blobs/sha256')).toEqual(blobNames);
     expect((await probe.read('storage-id'))?.toString().trim()).toBe(storageId);
