@@ -13,6 +13,7 @@ import { listMigrations } from '../../migrations/runner.ts';
 import { createRepository } from '../../test/support/auth.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir } from '../../test/support/gateway.ts';
+import { heldFirstRead } from '../../test/support/held-identity-read.ts';
 import { createCatalog } from '../catalog/catalog.ts';
 import { publishArtifact } from '../catalog/publish.ts';
 import { openFsStore } from '../fs/index.ts';
@@ -75,11 +76,12 @@ describe('two restores into one empty root at the same instant (directory store)
     const targets = [await createTestDatabase(), await createTestDatabase()];
     drops.push(...targets.map((t) => t.drop));
     const root = await makeTempDir('arkvory-order-root-');
-    // Each opens the store only once both have found the root empty: the instant the race needs.
+    // Each is answered its read of the opened root's storage-id (none) only once both have read it:
+    // the instant the race needs (test/support/held-identity-read.ts).
     let arrived = 0;
-    let bothChecked!: () => void;
-    const checked = new Promise<void>((resolve) => {
-      bothChecked = resolve;
+    let bothRead!: () => void;
+    const read = new Promise<void>((resolve) => {
+      bothRead = resolve;
     });
     const restore = (pool: (typeof targets)[number]['pool']) =>
       runRestore({
@@ -87,16 +89,16 @@ describe('two restores into one empty root at the same instant (directory store)
         pool,
         codeSchemaVersion,
         fsRoot: root,
-        openTarget: async (storageId) => {
-          if (++arrived === 2) bothChecked();
-          await checked;
-          return openFsStore({ root, role: 'writer', pool, restoreAs: storageId });
-        },
+        openTarget: async (storageId) =>
+          heldFirstRead(await openFsStore({ root, role: 'writer', pool, restoreAs: storageId }), read, () => {
+            if (++arrived === 2) bothRead();
+          }),
       });
     const outcomes = await Promise.allSettled(targets.map((t) => restore(t.pool)));
     const done = outcomes.filter((o) => o.status === 'fulfilled');
     const refused = outcomes.flatMap((o) => (o.status === 'rejected' ? [o.reason as Error & { code?: string }] : []));
-    expect(done).toHaveLength(1);
+    const reasons = refused.map((e) => `${e.code}: ${e.message}`).join('\n');
+    expect(done, reasons).toHaveLength(1);
     expect(refused.map((e) => e.code)).toEqual(['target_busy']);
     expect(refused[0]!.message).toMatch(/was taken by another restore at the same time/);
     const rows = await Promise.all(

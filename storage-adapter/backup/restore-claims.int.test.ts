@@ -15,11 +15,11 @@ import { listMigrations } from '../../migrations/runner.ts';
 import { createRepository } from '../../test/support/auth.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir } from '../../test/support/gateway.ts';
+import { heldFirstRead } from '../../test/support/held-identity-read.ts';
 import { directoryProbe, STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { createCatalog } from '../catalog/catalog.ts';
 import { publishArtifact } from '../catalog/publish.ts';
 import { openFsStore } from '../fs/index.ts';
-import type { OpenedArtifactStore } from '../store.ts';
 import { runBackup } from './backup.ts';
 import { MANIFEST_FILE } from './manifest.ts';
 import { runRestore } from './restore.ts';
@@ -61,24 +61,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const drop of drops.splice(0)) await drop();
 });
-
-/** `store` whose first identity read, once it has read (`onRead`), waits for `gate` before it answers. */
-function heldFirstRead(store: OpenedArtifactStore, gate: Promise<void>, onRead?: () => void): OpenedArtifactStore {
-  let first = true;
-  const identity = {
-    ...store.identity,
-    read: async () => {
-      const text = await store.identity.read();
-      if (first) {
-        first = false;
-        onRead?.();
-        await gate;
-      }
-      return text;
-    },
-  };
-  return new Proxy(store, { get: (t, p) => (p === 'identity' ? identity : Reflect.get(t, p)) });
-}
 
 /** Both restores' outcomes: exactly one restored, the other refused with target_busy. */
 async function oneWins(
