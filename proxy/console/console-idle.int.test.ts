@@ -120,7 +120,11 @@ describe.concurrent('the console idle timeout', () => {
       return page;
     };
     const started = performance.now();
-    const [unattended, used] = await Promise.all([open(), open()]);
+    // One after the other, the used page last: its first action follows its sign-in at once. (Opened
+    // together, on a loaded machine the other page's sign-in could take past the idle timeout while
+    // the used page, signed in first, waited for it, idle.)
+    const unattended = await open();
+    const used = await open();
     // Every request the unattended page makes is a poll of its timers: none carries the token.
     const tokens: string[] = [];
     unattended.on('request', (req) => {
