@@ -15,6 +15,11 @@ if (!(process.env.PATH ?? '').split(path.delimiter).includes(TOOLS_BIN))
 // source, so an edited file is compiled afresh.
 process.env.NODE_COMPILE_CACHE ??= path.join(os.tmpdir(), 'arkvory-node-compile-cache');
 
+/** Clean-ups support modules owe each file, where files share a module graph (test/support/file-end.ts). */
+const PER_FILE_HOOKS = 'test/support/per-file-hooks.ts';
+/** Integration files that mock a module (`vi.mock`), which must not outlive their file. */
+const OWN_GRAPH = ['storage-adapter/slice-cache/slice-open-errors.int.test.ts'];
+
 // The mutation suite's sandbox (.stryker-tmp/, stryker.config.mjs) is a copy of the tree, tests
 // included: every project excludes it.
 // One global setup provides a real PostgreSQL and Redis to every project (see test/support).
@@ -39,18 +44,33 @@ export default defineConfig({
           exclude: ['**/*.int.test.ts', '**/node_modules/**', '**/.stryker-tmp/**'],
         },
       },
+      // The integration files share their worker's module graph too: a fresh one per file cost
+      // each file a process and its imports again (docs/testing.md). What a support module must
+      // undo after each file runs from the setup file (test/support/file-end.ts).
       {
         extends: true,
         test: {
           name: 'int',
+          isolate: false,
+          setupFiles: [PER_FILE_HOOKS],
           include: ['**/*.int.test.ts', 'test/contract/**/*.test.ts'],
-          exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
+          exclude: ['**/node_modules/**', '**/.stryker-tmp/**', ...OWN_GRAPH],
+        },
+      },
+      // Files that mock a module: a graph of their own, the mock never reaches another file.
+      {
+        extends: true,
+        test: {
+          name: 'int-own-graph',
+          include: OWN_GRAPH,
         },
       },
       {
         extends: true,
         test: {
           name: 'chaos',
+          isolate: false,
+          setupFiles: [PER_FILE_HOOKS],
           include: ['chaos/**/*.chaos.test.ts'],
           exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
         },
@@ -61,6 +81,8 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'hosts',
+          isolate: false,
+          setupFiles: [PER_FILE_HOOKS],
           include: ['test/hosts/**/*.hosts.test.ts'],
           exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
         },

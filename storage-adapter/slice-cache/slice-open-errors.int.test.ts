@@ -1,6 +1,7 @@
 /**
  * Slice files that cannot be opened, on a real filesystem with `open` failing on demand (a module
- * mock: the int project isolates each file, so the cache is loaded with it).
+ * mock: this file has a module graph of its own, vitest.config.ts's `int-own-graph` project, so the
+ * cache is loaded with the mock and the mock reaches no other file).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import * as fsPromises from 'node:fs/promises';

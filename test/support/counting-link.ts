@@ -4,7 +4,7 @@
  * of to the store. Stopped when the test file ends.
  */
 import net from 'node:net';
-import { afterAll } from 'vitest';
+import { onFileEnd } from './file-end.ts';
 
 export interface CountingLink {
   readonly host: string;
@@ -26,7 +26,7 @@ export interface CountingLink {
 }
 
 const links = new Set<CountingLink>();
-afterAll(async () => {
+onFileEnd(async () => {
   for (const link of [...links]) await link.stop();
 });
 

@@ -5,14 +5,15 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, expect, inject } from 'vitest';
+import { expect, inject } from 'vitest';
+import { onFileEnd } from './file-end.ts';
 import { DATABASE_ROLES, groupRoleName, type DatabaseRole } from '../../migrations/grants.ts';
 import { runCli } from './gateway.ts';
 import { openPool } from '../harness/index.ts';
 
 const logins: string[] = [];
 
-afterAll(async () => {
+onFileEnd(async () => {
   if (logins.length === 0) return;
   const admin = new pg.Client({ connectionString: inject('adminDatabaseUrl') });
   await admin.connect();

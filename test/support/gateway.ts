@@ -5,7 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
-import { afterAll, onTestFinished } from 'vitest';
+import { onTestFinished } from 'vitest';
+import { onFileEnd } from './file-end.ts';
 import {
   makeTempDir as makeHarnessTempDir,
   runCli,
@@ -74,9 +75,8 @@ async function deleteUsedRedisKeys(): Promise<void> {
   usedRedisPrefixes.clear();
 }
 
-// Registered when a test file imports this module (a hook added later, from inside a test or
-// another hook, would never run): stop what is left, remove temp dirs, check the contract.
-afterAll(async () => {
+// When each test file ends (file-end.ts): stop what is left, remove temp dirs, check the contract.
+onFileEnd(async () => {
   await Promise.all([...running].map((g) => g.stop('SIGTERM', STOP_GRACE_MS)));
   await deleteUsedRedisKeys();
   for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });

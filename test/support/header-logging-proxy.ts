@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll } from 'vitest';
+import { onFileEnd } from './file-end.ts';
 import { makeTempDir } from './gateway.ts';
 import { freeLoopbackPort, writeNginxConf } from '../harness/index.ts';
 
@@ -33,7 +33,7 @@ export interface HeaderLoggingProxy {
 }
 
 const running = new Set<ChildProcess>();
-afterAll(async () => {
+onFileEnd(async () => {
   await Promise.all([...running].map((child) => stopChild(child)));
 });
 

@@ -5,7 +5,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, vi } from 'vitest';
+import { vi } from 'vitest';
+import { onTestEnd } from './file-end.ts';
 import { SliceCache, type SliceCacheOptions, type SliceSource } from '../../storage-adapter/slice-cache/index.ts';
 
 /**
@@ -19,7 +20,7 @@ export async function until(holds: () => boolean): Promise<void> {
 
 const dirs: string[] = [];
 const caches: SliceCache[] = [];
-afterEach(async () => {
+onTestEnd(async () => {
   for (const cache of caches.splice(0)) {
     await until(() => cache.stats.fillsInFlight === 0);
     cache.close();

@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import path from 'node:path';
-import { afterAll } from 'vitest';
+import { onFileEnd } from './file-end.ts';
 import { request } from './content.ts';
 import { makeTempDir } from './gateway.ts';
 import { siteConfig } from './static-store-config.ts';
@@ -34,7 +34,7 @@ export interface StaticStore {
 }
 
 const running = new Set<ChildProcess>();
-afterAll(async () => {
+onFileEnd(async () => {
   await Promise.all([...running].map((child) => stopChild(child)));
 });
 

@@ -9,7 +9,7 @@
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
-import { afterAll } from 'vitest';
+import { onFileEnd } from './file-end.ts';
 import { openFsStore } from '../../storage-adapter/fs/index.ts';
 import { openHttpStore } from '../../storage-adapter/http/index.ts';
 import { openS3Store, type S3Store, type S3Limits } from '../../storage-adapter/s3/index.ts';
@@ -172,7 +172,7 @@ export interface StoreBacking {
 }
 
 const backings = new Set<StoreBacking>();
-afterAll(async () => {
+onFileEnd(async () => {
   for (const b of [...backings]) await b.stop();
 });
 
