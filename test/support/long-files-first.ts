@@ -1,5 +1,6 @@
 /**
- * The order vitest starts test files in: the few that take minutes first, then vitest's own order.
+ * The order vitest starts test files in: those that take most of a minute or more first, longest
+ * first, then vitest's own order.
  * Vitest starts the longest first only when it has timings from an earlier run on that checkout; a
  * fresh clone (CI) has none and goes by file size, which can leave a long file to start late and run
  * on alone (docs/testing.md).
@@ -10,14 +11,37 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
-/** Longest first, as measured in full runs (`.vitest-report.json`, docs/testing.md). */
+/**
+ * Longest first, as measured in full runs (`.vitest-report.json`, docs/testing.md): a long file
+ * started late runs on while the other workers have nothing left, which made the last minutes of a
+ * run busy on two of its four workers.
+ */
 const LONG_FILES = [
+  'proxy/gates/transfers.int.test.ts',
   'test/contract/schemathesis.test.ts',
-  'proxy/content/slice-cache.int.test.ts',
-  'test/image/reproducible.image.test.ts',
   'proxy/tls/tls.int.test.ts',
-  'proxy/gates/shared-profile.int.test.ts',
+  'proxy/commands/restore-target.int.test.ts',
+  'test/image/reproducible.image.test.ts',
+  'proxy/commands/backup.int.test.ts',
+  'proxy/content/slice-cache.int.test.ts',
   'proxy/gates/spec-bounds.int.test.ts',
+  'proxy/server/http2.int.test.ts',
+  'proxy/gates/shared-profile.int.test.ts',
+  'proxy/commands/maintenance.int.test.ts',
+  'proxy/rules-service/rules-service.int.test.ts',
+  'proxy/content/slice-cache-instance-lock.int.test.ts',
+  'proxy/multipart/multipart.int.test.ts',
+  'proxy/server/front-door.int.test.ts',
+  'test/hosts/reads-across-hosts.hosts.test.ts',
+  'client/get.int.test.ts',
+  'proxy/multipart/multipart-bounds.int.test.ts',
+  'proxy/content/static-store.int.test.ts',
+  'proxy/router/router-bans.int.test.ts',
+  'proxy/content/storage-quota.int.test.ts',
+  'proxy/workers/worker-lifecycle.int.test.ts',
+  'chaos/s3-link.chaos.test.ts',
+  'test/hosts/writer-faults.hosts.test.ts',
+  'policy/lease/coordinator.int.test.ts',
 ];
 
 // A renamed file would silently lose its place: fail the run instead.
