@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { onTestFinished } from 'vitest';
 import { onFileEnd } from './file-end.ts';
+import type { OpenApiDocument } from '../../proxy/openapi/contract.ts';
 import {
   makeTempDir as makeHarnessTempDir,
   runCli,
@@ -183,11 +184,18 @@ function outputTail(gateway: HarnessGateway, state: string): string {
  * (its `request` log lines: method, route template, status) must be one proxy/openapi/openapi.yaml
  * describes; otherwise the file fails, naming each undescribed response.
  */
+/**
+ * The OpenAPI document, parsed once per worker: the files of a worker share this module
+ * (vitest.config.ts), and parsing its 160 KB of YAML took 0.2-1 s of each file's end.
+ */
+let openApiDocument: Promise<OpenApiDocument> | undefined;
+
 async function checkResponsesAgainstContract(gateways: GatewayProcess[]): Promise<void> {
   if (gateways.length === 0) return;
   const { loadOpenApiDocument, undescribedResponses } = await import('../../proxy/openapi/contract.ts');
+  openApiDocument ??= loadOpenApiDocument();
   const problems = undescribedResponses(
-    await loadOpenApiDocument(),
+    await openApiDocument,
     gateways.flatMap((g) => g.logLines()),
   );
   if (problems.length > 0)
