@@ -117,6 +117,8 @@ export async function startS3Server(kind: S3ServerKind, options: S3ServerOptions
   for (let i = 0; i < 8; i++) ports.push(await freeLoopbackPort());
   let args: string[];
   let env: NodeJS.ProcessEnv = { ...process.env };
+  /** Files the server makes outside `dir`, removed with it. */
+  let outside: string[] = [];
   if (kind === 'seaweedfs') {
     const config = path.join(dir, 's3.json');
     await writeFile(
@@ -172,6 +174,15 @@ export async function startS3Server(kind: S3ServerKind, options: S3ServerOptions
       `-s3.localSocket=${dir}/s3.sock`,
       `-s3.config=${config}`,
     ];
+    // SeaweedFS puts a gRPC socket per part in /tmp itself (no flag moves it) and leaves it there.
+    outside = (
+      [
+        ['master', masterGrpc],
+        ['volume', volumeGrpc],
+        ['filer', filerGrpc],
+        ['s3', s3Grpc],
+      ] as const
+    ).map(([part, grpcPort]) => `/tmp/seaweedfs-${part}-grpc-${grpcPort}.sock`);
   } else {
     args = [
       'server',
@@ -273,6 +284,7 @@ export async function startS3Server(kind: S3ServerKind, options: S3ServerOptions
       raw = undefined;
       live.delete(server);
       await rm(dir, { recursive: true, force: true });
+      await Promise.all(outside.map((file) => rm(file, { force: true })));
     },
   };
   live.add(server);
