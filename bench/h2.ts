@@ -12,6 +12,7 @@
  *   node bench/h2.ts [--rounds 5] [--seconds 5] [--database-url postgres://…]
  *                    [--only 'gateway h2'] [--profile-dir DIR] [--node-options='--heap-prof …']
  *                    [--compare-root DIR] [--workers N]
+ *                    [--compare-node-options='…'] [--compare-workers N]
  *
  * `--only` runs the named targets alone (comma-separated); it may also name the floors
  * `node:http2 from memory (compat)` and `node:http2 from memory (stream)`: node:http2 answering the
@@ -26,6 +27,9 @@
  * (the code before a change, say) as `gateway h2 (compare)` and `gateway h1 (TLS) (compare)`, in
  * the same interleaved rounds, and prints this checkout's ratios to it. `--workers` runs the
  * gateways with `ARKVORY_WORKERS` N (CPU time is then the primary's and its workers' together).
+ * `--compare-node-options` and `--compare-workers` start the compared gateway (this checkout's, unless
+ * `--compare-root` names another) with other node options or another number of workers: an A/B of a
+ * runtime setting in the same interleaved rounds.
  *
  * Every server runs with bench/gc-totals.ts preloaded: the table gives its garbage-collection pauses
  * per request beside its CPU time.
@@ -64,7 +68,20 @@ const args = benchArgs(
     'node-options': '',
     workers: '1',
   },
-  ['database-url', 'serve', 'from-memory', 'redis-url', 'port', 'cert', 'key', 'only', 'profile-dir', 'compare-root'],
+  [
+    'database-url',
+    'serve',
+    'from-memory',
+    'redis-url',
+    'port',
+    'cert',
+    'key',
+    'only',
+    'profile-dir',
+    'compare-root',
+    'compare-node-options',
+    'compare-workers',
+  ],
 );
 
 /** h2load's warm-up, not counted in its figures (nor in the CPU time). */
@@ -258,7 +275,7 @@ async function main(): Promise<void> {
     const rules = await writeUnreachedRequestRule(work);
     const curlTls = ['-sS', '--cacert', ca.certFile];
     /** A gateway (from `checkout`, default this one) with its own database and data, the file uploaded. */
-    const startGateway = async (suffix: string, checkout: string | undefined) => {
+    const startGateway = async (suffix: string, checkout: string | undefined, nodeOptions: string, workers: string) => {
       const db = await bench.seededDatabase();
       const [key] = db.keys as [string];
       const gateway = await bench.gateway(
@@ -272,13 +289,13 @@ async function main(): Promise<void> {
           ARKVORY_MAX_DOWNLOADS: '512',
           ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
           ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
-          ARKVORY_WORKERS: args.workers,
+          ARKVORY_WORKERS: workers,
           BENCH_GC_TOTALS_DIR: gcDir,
           NODE_OPTIONS: [
             '--max-semi-space-size=4',
             gcTotalsImport,
             args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
-            args['node-options'],
+            nodeOptions,
           ].join(' '),
         },
         { databaseUrl: db.url, waitFor: 'none', ...(checkout ? { checkout } : {}) },
@@ -307,8 +324,18 @@ async function main(): Promise<void> {
       if (put.stdout !== '201') throw new Error(`upload answered ${put.stdout}: ${put.stderr}`);
       return { gateway, base, key };
     };
-    const own = await startGateway('', undefined);
-    const compared = args['compare-root'] ? await startGateway(' (compare)', args['compare-root']) : undefined;
+    const own = await startGateway('', undefined, args['node-options'], args.workers);
+    const compareOptions = args['compare-node-options'];
+    const compareWorkers = args['compare-workers'];
+    const compared =
+      args['compare-root'] || compareOptions !== undefined || compareWorkers !== undefined
+        ? await startGateway(
+            ' (compare)',
+            args['compare-root'],
+            compareOptions ?? args['node-options'],
+            compareWorkers ?? args.workers,
+          )
+        : undefined;
 
     const barePort = await freeLoopbackPort();
     const startBare = async (kind: NonNullable<Target['bare']>) => {
@@ -383,7 +410,7 @@ async function main(): Promise<void> {
     const medCpu = (name: string) => median(figures.get(name)!.map((f) => f.cpuUsPerRequest));
     const medGc = (name: string) => median(figures.get(name)!.map((f) => f.gcUsPerRequest));
     console.log(
-      `4 KiB GET over TLS, h2load, ${rounds} interleaved rounds of ${seconds} s, medians; gateway workers: ${args.workers}`,
+      `4 KiB GET over TLS, h2load, ${rounds} interleaved rounds of ${seconds} s, medians; gateway workers: ${args.workers}${compared ? `, compared gateway's: ${compareWorkers ?? args.workers}` : ''}`,
     );
     console.log(`| server | req/s | server CPU µs/request | of which GC pauses µs/request |`);
     console.log(`| --- | ---: | ---: | ---: |`);
