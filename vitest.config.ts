@@ -2,6 +2,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { defineConfig } from 'vitest/config';
 import { LongFilesFirst } from './test/support/long-files-first.ts';
+import { OWN_GRAPH } from './test/support/own-graph.ts';
 
 // The tools scripts/test-tools.sh installs (toxiproxy-server, weed, minio, schemathesis) are found on
 // PATH by the suites and every process they spawn, however vitest was started.
@@ -17,8 +18,6 @@ process.env.NODE_COMPILE_CACHE ??= path.join(os.tmpdir(), 'arkvory-node-compile-
 
 /** Clean-ups support modules owe each file, where files share a module graph (test/support/file-end.ts). */
 const PER_FILE_HOOKS = 'test/support/per-file-hooks.ts';
-/** Integration files that mock a module (`vi.mock`), which must not outlive their file. */
-const OWN_GRAPH = ['storage-adapter/slice-cache/slice-open-errors.int.test.ts'];
 
 // The mutation suite's sandbox (.stryker-tmp/, stryker.config.mjs) is a copy of the tree, tests
 // included: every project excludes it.
@@ -41,7 +40,7 @@ export default defineConfig({
           name: 'unit',
           isolate: false,
           include: ['{lib,proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'],
-          exclude: ['**/*.int.test.ts', '**/node_modules/**', '**/.stryker-tmp/**'],
+          exclude: ['**/*.int.test.ts', '**/node_modules/**', '**/.stryker-tmp/**', ...OWN_GRAPH],
         },
       },
       // The integration files share their worker's module graph too: a fresh one per file cost
@@ -61,8 +60,8 @@ export default defineConfig({
       {
         extends: true,
         test: {
-          name: 'int-own-graph',
-          include: OWN_GRAPH,
+          name: 'own-graph',
+          include: [...OWN_GRAPH],
         },
       },
       {

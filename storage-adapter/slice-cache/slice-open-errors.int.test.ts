@@ -1,6 +1,6 @@
 /**
  * Slice files that cannot be opened, on a real filesystem with `open` failing on demand (a module
- * mock: this file has a module graph of its own, vitest.config.ts's `int-own-graph` project, so the
+ * mock: this file has a module graph of its own, vitest.config.ts's `own-graph` project, so the
  * cache is loaded with the mock and the mock reaches no other file).
  */
 import { createHash, randomBytes } from 'node:crypto';
