@@ -151,7 +151,9 @@ export async function startJaeger(): Promise<JaegerServer> {
   };
   const stopProcess = server.stop.bind(server);
   return Object.assign(server, {
-    async stop(signal?: NodeJS.Signals, killAfterMs?: number) {
+    // SIGKILL unless told: its traces are in memory and go with it, and on SIGTERM jaeger takes 10 s
+    // to exit (measured), which every file using it waited at its end.
+    async stop(signal: NodeJS.Signals = 'SIGKILL', killAfterMs?: number) {
       const code = await stopProcess(signal, killAfterMs);
       await rm(dir, { recursive: true, force: true });
       return code;
