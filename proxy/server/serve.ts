@@ -134,5 +134,10 @@ async function onWorkers(
     logStartupFailure(log, err);
     return EXIT.failure;
   }
-  return serveRole(log.child({ worker: instance.index }), instance);
+  const code = await serveRole(log.child({ worker: instance.index }), instance);
+  // Stopped: the IPC channel to the coordinating process would keep this worker alive until the
+  // CLI's fallback exit 2 s later, and the instance's stop with it. Unreferenced, not closed: what
+  // the link still writes goes out.
+  process.channel?.unref();
+  return code;
 }

@@ -182,5 +182,11 @@ describe('an instance of two workers', () => {
         .sort(),
     ).toEqual([0, 1]);
     expect(stopped.every((l) => l.code === 0)).toBe(true);
+    // Each worker exits once it stopped, not at the CLI's fallback exit 2 s later (its IPC channel
+    // kept it alive): the instance's stop follows its last worker's at once.
+    const at = (l: { time?: unknown }) => Date.parse(String(l.time));
+    const lastWorker = Math.max(...stopped.filter((l) => l.worker !== undefined).map(at));
+    const instance = at(stopped.find((l) => l.component === 'workers')!);
+    expect(instance - lastWorker, 'ms from the last worker stopped to the instance stopped').toBeLessThan(1000);
   });
 });
