@@ -16,7 +16,7 @@ import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts
 import {
   connectionsOnBothWorkers,
   requestRetried,
-  statusOver,
+  type WorkersStatus,
   waitForWorkers,
   workerPid,
 } from '../../test/support/worker-instance.ts';
@@ -80,18 +80,17 @@ describe('a worker of an instance', () => {
 
     // While it drains, the instance's worker list (asked of either worker) shows it fenced.
     const left = () => gw.logLines().find((l) => String(l.msg).startsWith('a worker left, fenced'));
-    // Each connection is polled on its own: the draining worker's may hold a request until it leaves.
+    // Asked on new connections, whichever worker takes them: each held connection carries its
+    // download to the end, and the fenced worker leaves as soon as its drain ends.
     const states = new Set<string>();
     const giveUpAt = performance.now() + 30_000;
-    await Promise.all(
-      connections.map(async ({ client }) => {
-        while (!states.has('fenced') && left() === undefined && performance.now() < giveUpAt) {
-          const view = await statusOver(client).catch(() => undefined);
-          for (const w of view?.workers ?? []) states.add(w.state);
-          await sleep(50);
-        }
-      }),
-    );
+    while (!states.has('fenced') && left() === undefined && performance.now() < giveUpAt) {
+      const view = await request(`${gw.url}/health/status`)
+        .then((answer) => JSON.parse(answer.body.toString()) as WorkersStatus)
+        .catch(() => undefined);
+      for (const w of view?.workers ?? []) states.add(w.state);
+      await sleep(50);
+    }
     expect(states).toContain('fenced');
     await waitUntil(() => left() !== undefined, { what: 'the fenced worker to leave', timeoutMs: 30_000 });
     expect(left()).toMatchObject({ code: 3 });
