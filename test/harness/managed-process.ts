@@ -48,9 +48,8 @@ export function processEnv(extra: Record<string, string | undefined> = {}): Node
   return env;
 }
 
-function parseLogLines(stdout: string): Array<Record<string, unknown>> {
-  const lines: Array<Record<string, unknown>> = [];
-  for (const line of stdout.split('\n')) {
+function pushParsed(lines: Array<Record<string, unknown>>, text: string): void {
+  for (const line of text.split('\n')) {
     if (!line.startsWith('{')) continue;
     try {
       lines.push(JSON.parse(line) as Record<string, unknown>);
@@ -58,7 +57,27 @@ function parseLogLines(stdout: string): Array<Record<string, unknown>> {
       // truncated by SIGKILL
     }
   }
-  return lines;
+}
+
+/**
+ * The pino JSON lines of a growing output, each ended line parsed once: tests ask for them again
+ * and again while they wait (every 50 ms, of a gateway that logs a line per request).
+ */
+class LogLines {
+  readonly #parsed: Array<Record<string, unknown>> = [];
+  #upTo = 0;
+
+  of(output: string): Array<Record<string, unknown>> {
+    const end = output.lastIndexOf('\n') + 1;
+    if (end > this.#upTo) {
+      pushParsed(this.#parsed, output.slice(this.#upTo, end));
+      this.#upTo = end;
+    }
+    const lines = this.#parsed.slice();
+    // The last line, not ended yet (the rest still in the pipe, or cut short by a kill): if whole.
+    if (end < output.length) pushParsed(lines, output.slice(end));
+    return lines;
+  }
 }
 
 /**
@@ -91,6 +110,7 @@ export function startProcess(
   });
   let stdout = '';
   let stderr = '';
+  const logLines = new LogLines();
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   // A missing binary surfaces as an exit with the spawn error in the logs, not an unhandled event.
@@ -109,7 +129,7 @@ export function startProcess(
     logs: () => stdout + stderr,
     stdout: () => stdout,
     stderr: () => stderr,
-    logLines: () => parseLogLines(stdout),
+    logLines: () => logLines.of(stdout),
     isRunning,
     signal(signal) {
       if (isRunning()) child.kill(signal);
