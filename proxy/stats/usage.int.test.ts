@@ -16,7 +16,7 @@ import { utcDay } from './usage-tally.ts';
 const redis = useTestRedis();
 const FLUSH_SECONDS = 2;
 let db: TestDatabase & { drop(): Promise<void> };
-let admin: { key: string };
+let admin: { key: string; principalId: string };
 let alice: { key: string; principalId: string; name: string };
 let bob: { key: string; principalId: string; name: string };
 const body = Buffer.alloc(4096, 9);
@@ -156,10 +156,22 @@ describe('across two gateways', () => {
         days: Array<Record<string, unknown>>;
         nextCursor: string | null;
       };
+    // The admin's own calls here are counted too, and its row (a few requests, so last) is there
+    // once its gateway has flushed them, which may happen between two pages: walked to the end.
     const firstDay = await stats('principals?limit=1');
     expect(firstDay.days).toEqual([expect.objectContaining({ principalId: alice.principalId, requests: 602 })]);
-    const secondDay = await stats(`principals?limit=1&cursor=${encodeURIComponent(firstDay.nextCursor!)}`);
-    expect(secondDay).toEqual({ days: [expect.objectContaining({ principalId: bob.principalId })], nextCursor: null });
+    const walked = [...firstDay.days];
+    let cursor = firstDay.nextCursor;
+    for (let page = 0; cursor !== null && page < 5; page++) {
+      const next = await stats(`principals?limit=1&cursor=${encodeURIComponent(cursor)}`);
+      expect(next.days.length).toBe(1);
+      walked.push(...next.days);
+      cursor = next.nextCursor;
+    }
+    expect(cursor).toBeNull();
+    expect(walked.map((d) => d.principalId)).toEqual(
+      [alice.principalId, bob.principalId, admin.principalId].slice(0, Math.max(2, walked.length)),
+    );
     expect(
       (await fetch(`${writer.url}/api/v1/admin/stats/artifacts?view=never`, { headers: bearer(admin.key) })).status,
     ).toBe(400);
