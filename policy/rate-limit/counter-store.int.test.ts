@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { ManualClock } from '../clock.ts';
 import { buildPlan } from './evaluate.ts';
@@ -490,6 +490,101 @@ describe('redis store specifics', () => {
     expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
     await expect(store.clear([])).resolves.toBeUndefined();
     client.disconnect();
+  });
+
+  /**
+   * The client as the store sees it, its three scripts answering only when the test says: each call
+   * pushes the function that answers it (with a reply the scripts could write).
+   */
+  const heldScripts = () => {
+    createRedisCounterStore(redis.client); // defines the scripts on the client
+    const answers: Array<(reply: Array<number | string>) => void> = [];
+    const held = Object.create(redis.client) as Redis & Record<string, unknown>;
+    for (const name of ['arkvoryRateLimitCount', 'arkvoryRateLimitPeek', 'arkvoryRateLimitCheck'])
+      held[name] = () => new Promise((resolve) => answers.push(resolve));
+    return { client: held as Redis, answers };
+  };
+  const fakeTimers = () =>
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setImmediate', 'clearImmediate'] });
+
+  it('one timer per batched script call: at the shortest timeout of its checks every check and peek of the batch fails with store_timeout, and a later answer settles nothing', async () => {
+    fakeTimers();
+    try {
+      const { client, answers } = heldScripts();
+      const store = createRedisCounterStore(client);
+      const plan = buildPlan(`${redis.prefix}deadline:`, 'lim', [plain], { ip: 'a' }, T0);
+      const banPlan = buildPlan(`${redis.prefix}deadline:`, 'lim', [banning], { ip: 'a' }, T0);
+      const settled: string[] = [];
+      const track = (name: string, run: ReturnType<typeof store.run>) =>
+        void Promise.resolve(run).then(
+          () => settled.push(`${name} answered`),
+          (err: { code?: string }) => settled.push(`${name} ${err.code}`),
+        );
+      track('check 1', store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 100 }));
+      track('check 2', store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 50 }));
+      track('peek 1', store.run(plan, { nowMs: T0, cost: 0, mode: 'peek', timeoutMs: 100 }));
+      track('peek 2', store.run(plan, { nowMs: T0, cost: 0, mode: 'peek', timeoutMs: 100 }));
+      // A banning rule's check runs check.lua alone, bounded on its own.
+      track('banning check', store.run(banPlan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 100 }));
+      await vi.advanceTimersByTimeAsync(0); // the batches leave
+      expect(answers).toHaveLength(3);
+      expect(vi.getTimerCount()).toBe(3);
+      await vi.advanceTimersByTimeAsync(49);
+      expect(settled).toEqual([]);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(settled.sort()).toEqual(['check 1 store_timeout', 'check 2 store_timeout']);
+      await vi.advanceTimersByTimeAsync(49);
+      expect(settled).toHaveLength(2);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(settled.sort()).toEqual([
+        'banning check store_timeout',
+        'check 1 store_timeout',
+        'check 2 store_timeout',
+        'peek 1 store_timeout',
+        'peek 2 store_timeout',
+      ]);
+      answers[0]!([1, 2]);
+      answers[1]!([0, 0, 0, 0, 0, 0]);
+      answers[2]!([1, 0, 0, T0]);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(settled).toHaveLength(5);
+      expect(settled.every((line) => line.endsWith('store_timeout'))).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('an answer in time clears its batch timer; checks and peeks given no timeout arm none', async () => {
+    fakeTimers();
+    try {
+      const { client, answers } = heldScripts();
+      const store = createRedisCounterStore(client);
+      const plan = buildPlan(`${redis.prefix}deadline:`, 'lim', [plain], { ip: 'a' }, T0);
+      const counted = store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 100 });
+      const peeked = store.run(plan, { nowMs: T0, cost: 0, mode: 'peek', timeoutMs: 100 });
+      await vi.advanceTimersByTimeAsync(0);
+      expect(vi.getTimerCount()).toBe(2);
+      answers[0]!([3]);
+      answers[1]!([2, 0, 0]);
+      expect(await counted).toEqual([
+        { count: 3, exceeded: false, banned: false, resetAtMs: plan.counting[0]!.windowEndMs },
+      ]);
+      expect(await peeked).toEqual([expect.objectContaining({ count: 2, exceeded: false, banned: false })]);
+      expect(vi.getTimerCount()).toBe(0);
+
+      const unbounded = [
+        store.run(plan, { nowMs: T0, cost: 1, mode: 'check' }),
+        store.run(plan, { nowMs: T0, cost: 0, mode: 'peek' }),
+      ];
+      await vi.advanceTimersByTimeAsync(0);
+      expect(answers).toHaveLength(4);
+      expect(vi.getTimerCount()).toBe(0);
+      answers[2]!([1]);
+      answers[3]!([0, 0, 0]);
+      expect((await Promise.all(unbounded)).map((o) => o.length)).toEqual([1, 1]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it(`sends at most ${MAX_BATCH} checks or peeks per script call, each exactly once`, async () => {

@@ -125,6 +125,36 @@ describe('limiter', () => {
     }
   });
 
+  it('leaves the wait to a store that bounds it itself: tells it the timeout and arms no timer', async () => {
+    vi.useFakeTimers();
+    try {
+      const inputs: unknown[] = [];
+      const bounding: CounterStore = {
+        kind: 'redis',
+        boundsOwnWait: true,
+        run: (_plan, input) => {
+          inputs.push(input);
+          return new Promise(() => {});
+        },
+        clear: () => new Promise(() => {}),
+      };
+      const limiter = createLimiter(
+        { store: bounding, clock: new ManualClock(), log: pino({ level: 'silent' }), timeoutMs: 100 },
+        { name: 'lim', rules: [rule] },
+      );
+      void limiter.check({ ip: 'a' });
+      void limiter.peek({ ip: 'a' });
+      await Promise.resolve();
+      expect(inputs).toEqual([
+        expect.objectContaining({ mode: 'check', timeoutMs: 100 }),
+        expect.objectContaining({ mode: 'peek', timeoutMs: 100 }),
+      ]);
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it('counts one check per call, one evaluation per rule, and does no I/O when no rule applies', async () => {
     const registry = new Registry();
     const store = createMemoryCounterStore();

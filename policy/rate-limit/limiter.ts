@@ -133,9 +133,9 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     }
     if (plan.counting.length === 0) return summarize(plan, []);
     try {
-      const outcomes = store.run(plan, { nowMs, cost, mode });
+      const outcomes = store.run(plan, { nowMs, cost, mode, timeoutMs });
       if (!isPromise(outcomes)) return summarize(plan, outcomes);
-      return withTimeout(outcomes, timeoutMs)
+      return (store.boundsOwnWait ? outcomes : withTimeout(outcomes, timeoutMs))
         .then((o) => summarize(plan, o))
         .catch((err: unknown) => storeFailure(plan, reportError(mode, err)));
     } catch (err) {

@@ -8,11 +8,14 @@
  * parsing in Node, and a script invocation in Redis, which is most of the cost of a check; each
  * check stays atomic (a script runs alone) and decides exactly as check.lua would. Peeks, which
  * only read, are batched the same way through `peek.lua`.
- * Timeouts and fail-open are the limiter's job; this module only talks to Redis.
+ * Fail-open is the limiter's job. The wait is bounded here (`boundsOwnWait`): a batch's script call
+ * has one timer, and when it fires every check of the batch fails with `store_timeout` (the timer
+ * starts as the batch is sent, at most one turn of the event loop after its first check).
  */
 import { readFileSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { RateLimitError } from './errors.ts';
+import { storeTimeout, withTimeout } from './timeout.ts';
 import { evaluate, KEY_SLACK_MS, type Mode, type Outcome, type Plan, type RuleState } from './evaluate.ts';
 import type { CounterStore } from './counter-store.ts';
 
@@ -42,6 +45,12 @@ function unexpectedReply(reply: unknown, length: (n: number) => boolean, numbers
   }
   return new RateLimitError('store_unavailable', 'the rate-limit store answered a script with an unexpected reply');
 }
+type RunInput = Parameters<CounterStore['run']>[1];
+
+/** `work`, failing with `store_timeout` past `timeoutMs` when one is given. */
+const bounded = <T>(work: Promise<T>, timeoutMs: number | undefined): Promise<T> =>
+  timeoutMs === undefined ? work : withTimeout(work, timeoutMs);
+
 type Script = (numKeys: number, ...args: Array<string | number>) => Promise<ScriptReply>;
 type WithScripts = (Redis | Cluster) & { [CHECK]: Script; [COUNT]: Script; [PEEK]: Script };
 
@@ -49,6 +58,7 @@ interface Queued {
   readonly plan: Plan;
   readonly nowMs: number;
   readonly cost: number;
+  readonly timeoutMs: number | undefined;
   readonly resolve: (outcomes: Outcome[]) => void;
   readonly reject: (err: unknown) => void;
 }
@@ -59,6 +69,27 @@ export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
   for (const p of plan.counting) if (p.banMs > 0 || p.distinctValue !== undefined) return false;
   return true;
 }
+
+/**
+ * Arms the deadline of one batched script call: the shortest `timeoutMs` of its checks (none when
+ * none has one). When it fires, every check of the batch is rejected with `store_timeout`; an answer
+ * after that settles nothing (its checks have failed already). The function returned clears the
+ * timer once the answer came.
+ */
+function batchDeadline(
+  batch: readonly { readonly timeoutMs: number | undefined; reject(err: unknown): void }[],
+): () => void {
+  let ms = Number.POSITIVE_INFINITY;
+  // Stryker disable next-line EqualityOperator: equivalent: taking an equal timeout again leaves the shortest as it is
+  for (const q of batch) if (q.timeoutMs !== undefined && q.timeoutMs < ms) ms = q.timeoutMs;
+  if (ms === Number.POSITIVE_INFINITY) return noTimer;
+  const timer = setTimeout(() => {
+    const err = storeTimeout(ms);
+    for (const q of batch) q.reject(err);
+  }, ms);
+  return () => clearTimeout(timer);
+}
+const noTimer = (): void => {};
 
 export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
   // A client shared by several stores defines each script once (defining it again would be harmless).
@@ -88,8 +119,10 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         argv.push(Math.max(1, p.windowEndMs + KEY_SLACK_MS - q.nowMs), p.action === 'limit' ? p.limit : -1);
       }
     }
+    const clearDeadline = batchDeadline(batch);
     client[COUNT](keys.length, ...keys, ...argv).then(
       (reply) => {
+        clearDeadline();
         const bad = unexpectedReply(reply, (n) => n === keys.length);
         if (bad) {
           for (const q of batch) q.reject(bad);
@@ -113,6 +146,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         }
       },
       (err: unknown) => {
+        clearDeadline();
         for (const q of batch) q.reject(err);
       },
     );
@@ -125,14 +159,14 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
     for (let i = 0; i < all.length; i += MAX_BATCH) send(all.slice(i, i + MAX_BATCH));
   };
 
-  const count = (plan: Plan, nowMs: number, cost: number): Promise<Outcome[]> =>
+  const count = (plan: Plan, nowMs: number, cost: number, timeoutMs: number | undefined): Promise<Outcome[]> =>
     new Promise((resolve, reject) => {
       // setImmediate runs once this turn of the event loop has handled every socket that was ready:
       // the checks of all the requests read in it join one batch. (A nextTick batch would close
       // after each socket's callback: under load, one or two checks per script call.)
       // Stryker disable next-line ConditionalExpression: equivalent: a flush scheduled per check finds the queue emptied by the first one; never flushing (→ false) is killed
       if (queue.length === 0) setImmediate(flush);
-      queue.push({ plan, nowMs, cost, resolve, reject });
+      queue.push({ plan, nowMs, cost, timeoutMs, resolve, reject });
     });
 
   // Peeks (auth failures before every authentication, transfer volume before every transfer) only
@@ -141,6 +175,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
   interface QueuedPeek {
     readonly plan: Plan;
     readonly input: { nowMs: number; cost: number; mode: Mode };
+    readonly timeoutMs: number | undefined;
     readonly resolve: (outcomes: Outcome[]) => void;
     readonly reject: (err: unknown) => void;
   }
@@ -162,8 +197,10 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         );
       }
     }
+    const clearDeadline = batchDeadline(batch);
     client[PEEK](keys.length, ...keys, ...argv).then(
       (reply) => {
+        clearDeadline();
         // Three values per rule, a rule per two keys; a value that is no number fails only its own peek (below).
         const bad = unexpectedReply(reply, (n) => n === (keys.length / 2) * 3, false);
         if (bad) {
@@ -189,6 +226,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         }
       },
       (err: unknown) => {
+        clearDeadline();
         for (const q of batch) q.reject(err);
       },
     );
@@ -199,11 +237,11 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
     // Stryker disable next-line EqualityOperator: equivalent: at i === length the batch is empty and the script call reads nothing
     for (let i = 0; i < all.length; i += MAX_BATCH) sendPeeks(all.slice(i, i + MAX_BATCH));
   };
-  const peek = (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> =>
+  const peek = (plan: Plan, input: RunInput): Promise<Outcome[]> =>
     new Promise((resolve, reject) => {
       // Stryker disable next-line ConditionalExpression: equivalent: as for count batches above; never flushing is killed
       if (peeks.length === 0) setImmediate(flushPeeks);
-      peeks.push({ plan, input, resolve, reject });
+      peeks.push({ plan, input, timeoutMs: input.timeoutMs, resolve, reject });
     });
 
   const check = async (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> => {
@@ -259,10 +297,13 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
 
   return {
     kind: 'redis',
+    boundsOwnWait: true,
     run(plan, input) {
-      if (redis.isCluster) return checkPerRule(plan, input);
+      if (redis.isCluster) return bounded(checkPerRule(plan, input), input.timeoutMs);
       if (input.mode === 'peek') return peek(plan, input);
-      return takesFastPath(plan, input.cost, input.mode) ? count(plan, input.nowMs, input.cost) : check(plan, input);
+      return takesFastPath(plan, input.cost, input.mode)
+        ? count(plan, input.nowMs, input.cost, input.timeoutMs)
+        : bounded(check(plan, input), input.timeoutMs);
     },
     async clear(keys) {
       if (keys.length === 0) return;
