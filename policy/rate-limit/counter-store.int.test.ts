@@ -467,6 +467,9 @@ describe('redis store specifics', () => {
         results.map((r) => [r.action, (r.error as { code?: string } | undefined)?.code]),
         JSON.stringify(reply),
       ).toEqual(Array(4).fill(['allow', 'store_unavailable']));
+      expect((results[0]!.error as Error).message).toBe(
+        'the rate-limit store answered a script with an unexpected reply',
+      );
     }
   });
 
@@ -498,7 +501,8 @@ describe('redis store specifics', () => {
    */
   const heldScripts = () => {
     createRedisCounterStore(redis.client); // defines the scripts on the client
-    const answers: Array<(reply: Array<number | string>) => void> = [];
+    // An answer is a reply, or a rejected promise for a call that failed.
+    const answers: Array<(reply: Array<number | string> | Promise<never>) => void> = [];
     const held = Object.create(redis.client) as Redis & Record<string, unknown>;
     for (const name of ['arkvoryRateLimitCount', 'arkvoryRateLimitPeek', 'arkvoryRateLimitCheck'])
       held[name] = () => new Promise((resolve) => answers.push(resolve));
@@ -520,8 +524,8 @@ describe('redis store specifics', () => {
           () => settled.push(`${name} answered`),
           (err: { code?: string }) => settled.push(`${name} ${err.code}`),
         );
-      track('check 1', store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 100 }));
-      track('check 2', store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 50 }));
+      track('check 1', store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 50 }));
+      track('check 2', store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 100 }));
       track('peek 1', store.run(plan, { nowMs: T0, cost: 0, mode: 'peek', timeoutMs: 100 }));
       track('peek 2', store.run(plan, { nowMs: T0, cost: 0, mode: 'peek', timeoutMs: 100 }));
       // A banning rule's check runs check.lua alone, bounded on its own.
@@ -582,6 +586,42 @@ describe('redis store specifics', () => {
       answers[2]!([1]);
       answers[3]!([0, 0, 0]);
       expect((await Promise.all(unbounded)).map((o) => o.length)).toEqual([1, 1]);
+
+      // A call that fails in time clears its timer too.
+      const failing = [
+        store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 100 }),
+        store.run(plan, { nowMs: T0, cost: 0, mode: 'peek', timeoutMs: 100 }),
+      ];
+      await vi.advanceTimersByTimeAsync(0);
+      expect(vi.getTimerCount()).toBe(2);
+      answers[4]!(Promise.reject(new Error('connection lost')));
+      answers[5]!(Promise.reject(new Error('connection lost')));
+      expect((await Promise.allSettled(failing)).map((r) => r.status)).toEqual(['rejected', 'rejected']);
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("a limiter over it arms no timer besides its batch's", async () => {
+    fakeTimers();
+    try {
+      const { client, answers } = heldScripts();
+      const limiter = createLimiter(
+        {
+          store: createRedisCounterStore(client),
+          clock: new ManualClock(T0, 0),
+          log: pino({ level: 'silent' }),
+          timeoutMs: 100,
+        },
+        { name: 'lim', rules: [plain] },
+      );
+      const checked = limiter.check({ ip: 'a' });
+      await vi.advanceTimersByTimeAsync(0);
+      expect(vi.getTimerCount()).toBe(1);
+      answers[0]!([1]);
+      expect((await checked).action).toBe('allow');
+      expect(vi.getTimerCount()).toBe(0);
     } finally {
       vi.useRealTimers();
     }
