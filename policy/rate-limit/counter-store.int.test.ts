@@ -508,13 +508,18 @@ describe('redis store specifics', () => {
       held[name] = () => new Promise((resolve) => answers.push(resolve));
     return { client: held as Redis, answers };
   };
-  const fakeTimers = () =>
+  /** Runs `body` on fake timers (the batches' immediates too) with the scripts held. */
+  const withHeldScripts = async (body: (held: ReturnType<typeof heldScripts>) => Promise<void>) => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setImmediate', 'clearImmediate'] });
-
-  it('one timer per batched script call: at the shortest timeout of its checks every check and peek of the batch fails with store_timeout, and a later answer settles nothing', async () => {
-    fakeTimers();
     try {
-      const { client, answers } = heldScripts();
+      await body(heldScripts());
+    } finally {
+      vi.useRealTimers();
+    }
+  };
+
+  it('one timer per batched script call: at the shortest timeout of its checks every check and peek of the batch fails with store_timeout, and a later answer settles nothing', () =>
+    withHeldScripts(async ({ client, answers }) => {
       const store = createRedisCounterStore(client);
       const plan = buildPlan(`${redis.prefix}deadline:`, 'lim', [plain], { ip: 'a' }, T0);
       const banPlan = buildPlan(`${redis.prefix}deadline:`, 'lim', [banning], { ip: 'a' }, T0);
@@ -553,15 +558,10 @@ describe('redis store specifics', () => {
       await vi.advanceTimersByTimeAsync(0);
       expect(settled).toHaveLength(5);
       expect(settled.every((line) => line.endsWith('store_timeout'))).toBe(true);
-    } finally {
-      vi.useRealTimers();
-    }
-  });
+    }));
 
-  it('an answer in time clears its batch timer; checks and peeks given no timeout arm none', async () => {
-    fakeTimers();
-    try {
-      const { client, answers } = heldScripts();
+  it('an answer in time clears its batch timer; checks and peeks given no timeout arm none', () =>
+    withHeldScripts(async ({ client, answers }) => {
       const store = createRedisCounterStore(client);
       const plan = buildPlan(`${redis.prefix}deadline:`, 'lim', [plain], { ip: 'a' }, T0);
       const counted = store.run(plan, { nowMs: T0, cost: 1, mode: 'check', timeoutMs: 100 });
@@ -598,15 +598,10 @@ describe('redis store specifics', () => {
       answers[5]!(Promise.reject(new Error('connection lost')));
       expect((await Promise.allSettled(failing)).map((r) => r.status)).toEqual(['rejected', 'rejected']);
       expect(vi.getTimerCount()).toBe(0);
-    } finally {
-      vi.useRealTimers();
-    }
-  });
+    }));
 
-  it("a limiter over it arms no timer besides its batch's", async () => {
-    fakeTimers();
-    try {
-      const { client, answers } = heldScripts();
+  it("a limiter over it arms no timer besides its batch's", () =>
+    withHeldScripts(async ({ client, answers }) => {
       const limiter = createLimiter(
         {
           store: createRedisCounterStore(client),
@@ -622,10 +617,7 @@ describe('redis store specifics', () => {
       answers[0]!([1]);
       expect((await checked).action).toBe('allow');
       expect(vi.getTimerCount()).toBe(0);
-    } finally {
-      vi.useRealTimers();
-    }
-  });
+    }));
 
   it(`sends at most ${MAX_BATCH} checks or peeks per script call, each exactly once`, async () => {
     const prefix = `${redis.prefix}batch-bound:`;
