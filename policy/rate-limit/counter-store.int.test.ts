@@ -436,7 +436,18 @@ describe('redis store specifics', () => {
     const prefix = `${redis.prefix}garbage:`;
     createRedisCounterStore(redis.client); // defines the scripts on the client
     const scripts = ['arkvoryRateLimitCount', 'arkvoryRateLimitCheck', 'arkvoryRateLimitPeek'];
-    const garbage: unknown[] = [null, 'OK', 7, [], [1], ['x', 0, 0, 0], [new Error('nested')], [[1, 2]]];
+    // The last: numbers, more than any script writes (nine against the peek's six, say).
+    const garbage: unknown[] = [
+      null,
+      'OK',
+      7,
+      [],
+      [1],
+      ['x', 0, 0, 0],
+      [new Error('nested')],
+      [[1, 2]],
+      Array(9).fill(0),
+    ];
     for (const reply of garbage) {
       // The real server runs each script; the client hands the store another reply in its place.
       const proxied = Object.create(redis.client) as Redis & Record<string, (...args: unknown[]) => unknown>;
