@@ -76,12 +76,16 @@ export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
  * after that settles nothing (its checks have failed already). The function returned clears the
  * timer once the answer came.
  */
-function batchDeadline(
-  batch: readonly { readonly timeoutMs: number | undefined; reject(err: unknown): void }[],
+function batchDeadline<Q extends { reject(err: unknown): void }>(
+  batch: readonly Q[],
+  timeoutOf: (q: Q) => number | undefined,
 ): () => void {
   let ms = Number.POSITIVE_INFINITY;
-  // Stryker disable next-line EqualityOperator: equivalent: taking an equal timeout again leaves the shortest as it is
-  for (const q of batch) if (q.timeoutMs !== undefined && q.timeoutMs < ms) ms = q.timeoutMs;
+  for (const q of batch) {
+    const timeoutMs = timeoutOf(q);
+    // Stryker disable next-line EqualityOperator: equivalent: taking an equal timeout again leaves the shortest as it is
+    if (timeoutMs !== undefined && timeoutMs < ms) ms = timeoutMs;
+  }
   if (ms === Number.POSITIVE_INFINITY) return noTimer;
   const timer = setTimeout(() => {
     const err = storeTimeout(ms);
@@ -119,7 +123,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         argv.push(Math.max(1, p.windowEndMs + KEY_SLACK_MS - q.nowMs), p.action === 'limit' ? p.limit : -1);
       }
     }
-    const clearDeadline = batchDeadline(batch);
+    const clearDeadline = batchDeadline(batch, (q) => q.timeoutMs);
     client[COUNT](keys.length, ...keys, ...argv).then(
       (reply) => {
         clearDeadline();
@@ -174,8 +178,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
   // each peek from that state, as the memory store does and as check.lua does in 'peek' mode.
   interface QueuedPeek {
     readonly plan: Plan;
-    readonly input: { nowMs: number; cost: number; mode: Mode };
-    readonly timeoutMs: number | undefined;
+    readonly input: RunInput;
     readonly resolve: (outcomes: Outcome[]) => void;
     readonly reject: (err: unknown) => void;
   }
@@ -197,7 +200,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         );
       }
     }
-    const clearDeadline = batchDeadline(batch);
+    const clearDeadline = batchDeadline(batch, (q) => q.input.timeoutMs);
     client[PEEK](keys.length, ...keys, ...argv).then(
       (reply) => {
         clearDeadline();
@@ -241,7 +244,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
     new Promise((resolve, reject) => {
       // Stryker disable next-line ConditionalExpression: equivalent: as for count batches above; never flushing is killed
       if (peeks.length === 0) setImmediate(flushPeeks);
-      peeks.push({ plan, input, timeoutMs: input.timeoutMs, resolve, reject });
+      peeks.push({ plan, input, resolve, reject });
     });
 
   const check = async (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> => {
