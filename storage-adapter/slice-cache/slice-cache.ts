@@ -992,9 +992,14 @@ export class SliceCache {
     return true;
   }
 
-  /** Blobs with slices on disk. */
+  /**
+   * Blobs with slices on disk or being filled: a sweep that finds a blob's digests gone must also
+   * stop the fills that would otherwise index its slices after it.
+   */
   heldBlobs(): string[] {
-    return [...this.#index.blobs()];
+    const blobs = new Set(this.#index.blobs());
+    for (const key of this.#fills.keys()) blobs.add(key.slice(0, 64));
+    return [...blobs];
   }
 
   /** Removes every slice of these blobs (coherence: deleted, quarantined, purged); returns how many. */
