@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, expect, it, vi } from 'vitest';
 import type { SliceDigests } from '../slice-digests.ts';
-import type { BlobReader } from '../store.ts';
+import { originOf } from '../../test/support/slice-digests.ts';
 import { SliceCache } from './slice-cache.ts';
 
 /**
@@ -52,15 +52,7 @@ afterEach(async () => {
 const sha = 'a'.repeat(64);
 const blob = randomBytes(SLICE);
 const d: SliceDigests = { sizeBytes: SLICE, sliceBytes: SLICE, digests: createHash('sha256').update(blob).digest() };
-const origin = async (): Promise<BlobReader> => ({
-  sizeBytes: SLICE,
-  async read(buffer, offset, length, position) {
-    const n = Math.min(length, SLICE - position);
-    blob.copy(buffer, offset, position, position + n);
-    return { bytesRead: n };
-  },
-  async close() {},
-});
+const origin = originOf(blob);
 
 async function openCache(at?: string): Promise<SliceCache> {
   dir = at ?? (await fsPromises.mkdtemp(path.join(os.tmpdir(), 'arkvory-slice-open-')));

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { type SliceDigests, sliceCount } from '../../storage-adapter/slice-digests.ts';
+import type { BlobReader } from '../../storage-adapter/store.ts';
 
 /** The slice digests of `blob` cut in slices of `sliceBytes`, as the catalog records them. */
 export function digestsOf(blob: Buffer, sliceBytes: number): SliceDigests {
@@ -11,4 +12,17 @@ export function digestsOf(blob: Buffer, sliceBytes: number): SliceDigests {
         .digest(),
     );
   return { sizeBytes: blob.length, sliceBytes, digests: Buffer.concat(parts) };
+}
+
+/** A slice fill's origin read that serves `blob` from memory, whatever range it is asked for. */
+export function originOf(blob: Buffer): () => Promise<BlobReader> {
+  return async () => ({
+    sizeBytes: blob.length,
+    async read(buffer, offset, length, position) {
+      const n = Math.max(0, Math.min(length, blob.length - position));
+      blob.copy(buffer, offset, position, position + n);
+      return { bytesRead: n };
+    },
+    async close() {},
+  });
 }
