@@ -1021,11 +1021,6 @@ export class SliceCache {
     return removed;
   }
 
-  /** Removes every slice not in use. */
-  async removeAll(): Promise<number> {
-    return this.removeBlobs(this.heldBlobs());
-  }
-
   close(): void {
     this.#closed = true;
     for (const slice of [...this.#open]) if (slice.pins === 0) this.#closeFile(slice);
