@@ -7,6 +7,7 @@
  * policy state, proxy/workers/run-primary.ts) plugs in through `InstanceParts`.
  */
 import cluster, { type Worker } from 'node:cluster';
+import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Clock } from '../../policy/clock.ts';
@@ -24,6 +25,7 @@ import { CATALOG_CHANGED, invalidateOthers } from './catalog-coherence.ts';
 import { ALIVE, watchLiveness } from './liveness.ts';
 import { PING } from './start-calls.ts';
 import { RestartBackoff } from './restart-backoff.ts';
+import { workerExecArgv } from './worker-exec-argv.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
 
 /**
@@ -309,7 +311,9 @@ export class WorkerSupervisor {
     // The first worker starts alone: a gateway's creates the storage identity of a new root and
     // sweeps tmp/ (a previous run's leftovers). The others start once it is ready; none listens
     // before all are.
-    plog.info({ workers: config.workers, role: config.role }, 'starting the workers of this instance');
+    const execArgv = workerExecArgv(process.execArgv, config.workers, availableParallelism());
+    cluster.setupPrimary({ execArgv });
+    plog.info({ workers: config.workers, role: config.role, execArgv }, 'starting the workers of this instance');
     if (this.#signals.requested) stopping = true;
     else {
       fork(0, false, 0);

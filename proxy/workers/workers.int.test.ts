@@ -2,9 +2,12 @@
  * One instance of two worker processes (ARKVORY_WORKERS=2, docs/architecture.md "Workers") over
  * real sockets: a worker killed with SIGKILL mid-transfer leaves the other worker's downloads
  * byte-exact, its admission slots come back within the stated bound and a replacement serves; on
- * SIGTERM both workers drain their transfers and the instance exits 0, once.
+ * SIGTERM both workers drain their transfers and the instance exits 0, once. Workers that fill the
+ * machine's cores run V8's collector single-threaded.
  */
 import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from 'undici';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -19,6 +22,7 @@ import {
   waitForWorkers,
   workerPid,
 } from '../../test/support/worker-instance.ts';
+import { SINGLE_THREADED_GC } from './worker-exec-argv.ts';
 
 const KiB = 1024;
 /** Paced so that each download lasts about 3 s: long enough to kill a worker in the middle. */
@@ -106,6 +110,12 @@ describe('an instance of two workers', () => {
       ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(PER_PRINCIPAL),
     });
     await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    // Two workers fill a machine of two cores: each then collects its garbage on its own thread
+    // (worker-exec-argv.ts); with a core to spare, V8's helper threads stay.
+    for (const index of [0, 1]) {
+      const argv = (await readFile(`/proc/${await workerPid(gw, index)}/cmdline`, 'utf8')).split('\0');
+      expect(argv.includes(SINGLE_THREADED_GC), `worker ${index}: ${argv.join(' ')}`).toBe(availableParallelism() <= 2);
+    }
     const connections = await connectionsOnBothWorkers(gw.url, clients);
     // A principal per download: each is paced by its own ceiling and holds its own slot.
     const readers = await Promise.all(
