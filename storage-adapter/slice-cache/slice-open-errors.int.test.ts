@@ -3,13 +3,13 @@
  * mock: this file has a module graph of its own, vitest.config.ts's `own-graph` project, so the
  * cache is loaded with the mock and the mock reaches no other file).
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import * as fsPromises from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, expect, it, vi } from 'vitest';
 import type { SliceDigests } from '../slice-digests.ts';
-import { originOf } from '../../test/support/slice-digests.ts';
+import { digestsOf, originOf } from '../../test/support/slice-digests.ts';
 import { SliceCache } from './slice-cache.ts';
 
 /**
@@ -51,7 +51,7 @@ afterEach(async () => {
 
 const sha = 'a'.repeat(64);
 const blob = randomBytes(SLICE);
-const d: SliceDigests = { sizeBytes: SLICE, sliceBytes: SLICE, digests: createHash('sha256').update(blob).digest() };
+const d: SliceDigests = digestsOf(blob, SLICE);
 const origin = originOf(blob);
 
 async function openCache(at?: string): Promise<SliceCache> {
