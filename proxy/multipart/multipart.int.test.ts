@@ -521,7 +521,10 @@ describe('finished sessions', () => {
     });
     expect(await count('arkvory_upload_jobs', old)).toBe(0);
     expect(await count('arkvory_upload_parts', old)).toBe(0);
-    expect(gw.logLines().find((l) => String(l.msg).startsWith('upload sessions finished'))).toMatchObject({
+    // The sweep logs after its delete commits, and the line crosses a pipe: the rows can be gone first.
+    const prunedLine = () => gw.logLines().find((l) => String(l.msg).startsWith('upload sessions finished'));
+    await waitUntil(() => prunedLine() !== undefined, { what: 'the sweep logged what it deleted', timeoutMs: 5_000 });
+    expect(prunedLine()).toMatchObject({
       pruned: 3,
       keepDays: FINISHED_SESSION_KEEP_DAYS,
     });
