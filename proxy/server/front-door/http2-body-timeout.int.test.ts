@@ -274,7 +274,11 @@ describe('HTTP/2: a stalled request body is timed out whatever else its connecti
       expect(delta('arkvory_http2_stream_resets_sent_total{reason="body_timeout"}')).toBe(1);
       expect(delta('arkvory_http2_stream_resets_sent_total{reason="send_timeout"}')).toBe(0);
       expect(session.destroyed).toBe(false);
-      expect(gw.logLines().some((l) => l.code === 'client_timeout' && l.phase === 'request_body')).toBe(true);
+      // The line crosses the gateway's stdout pipe, which the test reads on its own turns.
+      await waitUntil(() => gw.logLines().some((l) => l.code === 'client_timeout' && l.phase === 'request_body'), {
+        what: 'the body timeout in the log',
+        timeoutMs: 5_000,
+      });
     } finally {
       session.destroy();
     }
