@@ -374,4 +374,44 @@ describe('AdmissionQueue', () => {
     queue.close();
     expect(queue.tryAcquire('r', 'download')).toBeUndefined();
   });
+
+  it('spare: the slots a principal could take at once under both caps; none while anyone of the kind waits, or once closed or fenced', async () => {
+    const { queue } = setup({ maxDownloads: 5, maxDownloadsPerPrincipal: 3, maxUploadsPerPrincipal: 2 });
+    expect(queue.spare('p', 'download')).toBe(3);
+    const p: Release[] = [queue.tryAcquire('p', 'download')!, queue.tryAcquire('p', 'download')!];
+    expect(queue.spare('p', 'download')).toBe(1);
+    // The process-wide cap binds before the principal's own.
+    const q = [queue.tryAcquire('q', 'download')!, queue.tryAcquire('q', 'download')!];
+    expect(queue.spare('q', 'download')).toBe(1);
+    expect(queue.spare('r', 'download')).toBe(1);
+    const last = queue.tryAcquire('r', 'download')!;
+    expect(queue.spare('p', 'download')).toBe(0);
+    expect(queue.spare('p', 'upload')).toBe(2);
+    // Someone of the kind waits: a slot that frees is theirs, none is spare, whoever asks.
+    const waiting = track(queue.acquire('s', 'download'));
+    last();
+    await settle();
+    expect(waiting.release).toBeTypeOf('function');
+    const next = track(queue.acquire('t', 'download'));
+    p[0]!();
+    expect(queue.spare('p', 'download')).toBe(0);
+    await settle();
+    expect(next.release).toBeTypeOf('function');
+    for (const release of [p[1]!, ...q, waiting.release!, next.release!]) release();
+    expect(queue.spare('p', 'download')).toBe(3);
+    // p waits on its own cap: q could pass it, yet nothing is spare while a request waits.
+    const own = [1, 2, 3].map(() => queue.tryAcquire('p', 'download')!);
+    const fourth = track(queue.acquire('p', 'download'));
+    expect(queue.spare('q', 'download')).toBe(0);
+    own[0]!();
+    await settle();
+    expect(queue.spare('q', 'download')).toBe(2);
+    for (const release of [...own, fourth.release!]) release();
+    queue.fence();
+    expect(queue.spare('p', 'download')).toBe(0);
+    expect(setup().queue.spare('p', 'upload')).toBe(1);
+    const closed = setup().queue;
+    closed.close();
+    expect(closed.spare('p', 'upload')).toBe(0);
+  });
 });

@@ -107,6 +107,17 @@ export class AdmissionQueue {
   }
 
   /**
+   * Slots `principalId` could take of `kind` at once, under both caps: 0 while the queue is closed or
+   * fenced, or while any request of that kind waits (a slot that frees is theirs).
+   */
+  spare(principalId: string, kind: TransferKind): number {
+    const state = this.#kinds[kind];
+    if (this.#closed || this.#fenced || state === undefined || state.queued > 0) return 0;
+    const active = this.#lanes[kind].get(principalId)?.active ?? 0;
+    return Math.max(0, Math.min(state.perPrincipal - active, state.total - state.active));
+  }
+
+  /**
    * Resolves with a Release once `principalId` may start a transfer of `kind`. Rejects with
    * PolicyError `busy` (queue full or the wait bound passed), `lease_lost` (fenced), `unavailable`
    * (closed), or the signal's reason.
