@@ -29,6 +29,26 @@ beforeAll(async () => {
   ({ key: uploader } = await createServiceAccount(db.pool, { grants: { bw: 'write' } }));
 });
 
+/** A download held open (its first bytes read, then no more) until `cancel`. */
+function holdDownload(url: string, key: string): { streaming: Promise<void>; started: boolean; cancel(): void } {
+  let first!: () => void;
+  const held = {
+    streaming: new Promise<void>((resolve) => (first = resolve)),
+    started: false,
+    cancel: () => req.destroy(),
+  };
+  const req = http.get(url, { headers: bearer(key), agent: false }, (res) => {
+    res.once('data', () => {
+      held.started = true;
+      first();
+      res.pause();
+    });
+    res.on('error', () => {});
+  });
+  req.on('error', () => {});
+  return held;
+}
+
 /**
  * Every test runs against a gateway of one process and against one instance of two workers
  * (ARKVORY_WORKERS=2, docs/architecture.md "Workers"): the same assertions, since the bounds are
@@ -250,6 +270,86 @@ describe.each(WORKER_COUNTS)('governors over HTTP, %i worker(s)', (workers) => {
     expect(await gw.exited).toBe(0);
     await Promise.all(active);
   });
+
+  it("a principal's cap holds exactly after a burst of small downloads (the workers hold slots lent ready): 16 held fill it, the 17th waits for the first to end", async () => {
+    const cap = 16;
+    const gw = await startWith(
+      {
+        ARKVORY_MAX_DOWNLOADS: '64',
+        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(cap),
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * KiB),
+      },
+      workers,
+    );
+    const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
+    const small = `small-cap-${workers}.bin`;
+    const put = await request(`${gw.url}/api/v1/repositories/bw/artifacts/${small}`, {
+      method: 'PUT',
+      headers: bearer(uploader),
+      body: randomContent(512),
+    });
+    expect(put.status).toBe(201);
+    const downloads = async () => {
+      const ready = await request(`${gw.url}/health/ready`, { headers: bearer(sa.key) });
+      const { active, queued } = JSON.parse(ready.body.toString()).transfers.downloads;
+      return { active, queued } as { active: number; queued: number };
+    };
+    /** One scrape's active downloads and slots the workers hold lent and unused. */
+    const scrape = async () => {
+      const text = (await request(`${gw.url}/metrics`)).body.toString();
+      const value = (name: string) =>
+        Number(
+          text
+            .split('\n')
+            .find((l) => l.startsWith(`${name}{kind="download"}`))
+            ?.split(' ')
+            .pop(),
+        );
+      return { active: value('arkvory_admission_active'), lentReady: value('arkvory_admission_lent_ready') };
+    };
+    // Bursts over many connections: with two workers each is lent slots of this principal beside its
+    // admissions, which it holds unused once the burst ended (for a second or so), and which no count of
+    // transfers shows; one process lends none.
+    let after = { active: -1, lentReady: -1 };
+    await waitUntil(
+      async () => {
+        const burst = await Promise.all(
+          Array.from({ length: 32 }, () => downloadFor(contentUrl(gw, small), sa.key, 20_000)),
+        );
+        expect(burst.map((b) => [b.status, b.bytes])).toEqual(burst.map(() => [200, 512]));
+        after = await scrape();
+        return workers === 1 || after.lentReady > 0;
+      },
+      { what: 'slots lent to the workers after a burst', timeoutMs: 20_000 },
+    );
+    expect(after).toEqual({ active: 0, lentReady: workers === 1 ? 0 : after.lentReady });
+    // At once (the slots lent are still held ready), as many long downloads as the cap allows.
+    const held = Array.from({ length: cap }, () => holdDownload(contentUrl(gw), sa.key));
+    await Promise.all(held.map((h) => h.streaming));
+    await waitUntil(async () => (await downloads()).active === cap, {
+      what: `${cap} downloads active`,
+      timeoutMs: 5000,
+    });
+    const waiting = holdDownload(contentUrl(gw), sa.key);
+    await waitUntil(async () => (await downloads()).queued === 1, {
+      what: 'the 17th download queued',
+      timeoutMs: 5000,
+    });
+    for (let i = 0; i < 5; i++) {
+      expect(await downloads()).toEqual({ active: cap, queued: 1 });
+      expect(waiting.started).toBe(false);
+      await sleep(100);
+    }
+    // One of the sixteen ends (its client goes away): its slot is the waiting one's.
+    held[0]!.cancel();
+    await waiting.streaming;
+    await waitUntil(async () => (await downloads()).active === cap, { what: 'the cap full again', timeoutMs: 5000 });
+    expect(await downloads()).toEqual({ active: cap, queued: 0 });
+    for (const h of [...held, waiting]) h.cancel();
+    // Nothing shows active once they ended, whatever the workers still hold ready.
+    await waitUntil(async () => (await downloads()).active === 0, { what: 'no download active', timeoutMs: 5000 });
+    expect(await gw.stop()).toBe(0);
+  }, 90_000);
 
   it('a lost lease answers the request waiting for a slot 503 lease_lost at once, though its holder asks for no quantum', async () => {
     const waitSeconds = 20;

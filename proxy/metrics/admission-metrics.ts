@@ -4,7 +4,12 @@ import type { AdmissionSnapshot } from '../../policy/admission/index.ts';
 import { counter, gauge } from './families.ts';
 
 /** Registers the admission families of `admission` (one queue per process). */
-export function registerAdmissionMetrics(registry: Registry, admission: { snapshot(): AdmissionSnapshot }): void {
+export function registerAdmissionMetrics(
+  registry: Registry,
+  admission: { snapshot(): AdmissionSnapshot },
+  /** Slots lent to workers and held unused, by kind (proxy/workers/slot-lending.ts); none without workers. */
+  lentReady: (kind: 'download' | 'upload') => number = () => 0,
+): void {
   const byKind = () => {
     const a = admission.snapshot();
     return [
@@ -17,6 +22,9 @@ export function registerAdmissionMetrics(registry: Registry, admission: { snapsh
   });
   gauge(registry, 'arkvory_admission_queued', function () {
     for (const [kind, c] of byKind()) this.set({ kind }, c.queued);
+  });
+  gauge(registry, 'arkvory_admission_lent_ready', function () {
+    for (const kind of ['download', 'upload'] as const) this.set({ kind }, lentReady(kind));
   });
   counter(registry, 'arkvory_admission_rejected_total', function () {
     this.reset();

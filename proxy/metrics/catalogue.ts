@@ -237,6 +237,12 @@ export const GATEWAY_METRICS = [
     help: 'Requests waiting for an admission slot now.',
   },
   {
+    name: 'arkvory_admission_lent_ready',
+    type: 'gauge',
+    labels: ['kind'],
+    help: 'Admission slots the coordinating process lent its workers beside their admissions that they hold unused now, ready for the same principal; counted in no transfer, given back when a request cannot be admitted at once or after a second unused (ARKVORY_WORKERS above 1; 0 on a gateway of one process).',
+  },
+  {
     name: 'arkvory_admission_rejected_total',
     type: 'counter',
     labels: ['kind'],

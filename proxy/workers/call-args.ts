@@ -27,6 +27,12 @@ export interface AdmitRequest {
   kind: TransferKind;
 }
 
+/**
+ * The answer to an admission: the slot's id, or with slots lent beside it (slot-lending.ts) that id
+ * and the lent ones'.
+ */
+export type AdmitAnswer = number | { id: number; lent: number[] };
+
 /** One of the `max` concurrent transfers of `repository` (its bound as the asking worker read it). */
 export interface HoldRequest {
   repository: string;
@@ -117,6 +123,16 @@ export function parseHold(args: unknown): HoldRequest {
   check(isName(repository), 'repository: expected a non-empty string');
   check(isCount(max, 1), 'max: expected an integer of at least 1');
   return { repository, max };
+}
+
+/** A worker's lent slots held unused, by kind (slot-lending.ts). */
+export function parseReady(args: unknown): Record<TransferKind, number> {
+  const check: Check = checker('admission.ready');
+  check(isRecord(args), 'arguments: expected an object');
+  const { download, upload } = args;
+  check(isCount(download, 0), 'download: expected an integer of at least 0');
+  check(isCount(upload, 0), 'upload: expected an integer of at least 0');
+  return { download: download as number, upload: upload as number };
 }
 
 /** The id of a slot or hold to release; `op` names the release. */

@@ -22,12 +22,14 @@ import {
   parseCountersRun,
   parseHeldId,
   parseHold,
+  parseReady,
   parseTake,
 } from './call-args.ts';
 import type { LeaseView } from './instance-lease.ts';
 import type { Link } from './link.ts';
+import { READY, SlotLending } from './slot-lending.ts';
 
-export type { AdmitRequest, HoldRequest, TakeRequest } from './call-args.ts';
+export type { AdmitAnswer, AdmitRequest, HoldRequest, TakeRequest } from './call-args.ts';
 
 export interface PolicySnapshot {
   admission: AdmissionSnapshot;
@@ -49,6 +51,8 @@ export class PolicyHost {
   readonly #holds = new Map<Link, Map<number, Release>>();
   /** The next id of a slot or hold (one sequence: each kind is released by its own op). */
   #nextId = 1;
+  /** Slots lent to workers beside the ones they ask for (slot-lending.ts), when lending is on. */
+  readonly #lending: SlotLending | undefined;
 
   constructor(deps: {
     admission: AdmissionQueue;
@@ -58,12 +62,15 @@ export class PolicyHost {
     log?: MalformedCallLog;
     /** Shared with the instance's other call handlers (the console's sessions), so each reports once. */
     checks?: CallChecks;
+    /** Lend admission slots to this many workers (slot-lending.ts); without it, none is lent. */
+    lendTo?: number;
   }) {
     this.#checks = deps.checks ?? new CallChecks(deps.log);
     this.#admission = deps.admission;
     this.#governors = deps.governors;
     this.#counters = deps.counters;
     this.#lease = deps.lease;
+    this.#lending = deps.lendTo === undefined ? undefined : new SlotLending(deps.admission, deps.lendTo);
     // Every worker stops serving with the instance (a worker that starts later reads it in `lease`),
     // and the requests waiting for a slot are refused now rather than admitted to a fenced instance.
     this.#lease.onFenced((reason) => {
@@ -75,11 +82,7 @@ export class PolicyHost {
   /** Serves one worker's calls on its link. */
   attach(link: Link): void {
     const parse = <T>(op: string, parser: () => T): T => this.#checks.parse(link, op, parser);
-    this.#serveHeld(link, this.#slots, 'admit', 'release', (args, signal) => {
-      const { principalId, kind } = parse('admit', () => parseAdmit(args));
-      if (!this.#lease.isPermitted()) throw new PolicyError('lease_lost');
-      return this.#admission.acquire(principalId, kind, signal);
-    });
+    this.#serveAdmission(link, parse);
     link.handle(
       'lease',
       (): LeaseView => ({
@@ -109,6 +112,49 @@ export class PolicyHost {
       link.handle('counters.run', (args) => counters.run(...parse('counters.run', () => parseCountersRun(args))));
       link.handle('counters.clear', (args) => counters.clear(parse('counters.clear', () => parseCountersClear(args))));
     }
+  }
+
+  /**
+   * Serves `admit`, whose answer is the id under which the slot is kept (`AdmitAnswer` when slots are
+   * lent with it), `release`, which releases one id (once; an unknown id is a no-op), and the
+   * worker's report of the lent slots it holds unused.
+   */
+  #serveAdmission(link: Link, parse: <T>(op: string, parser: () => T) => T): void {
+    const held = new Map<number, Release>();
+    this.#slots.set(link, held);
+    const hold = (release: Release): number => {
+      const id = this.#nextId++;
+      held.set(id, release);
+      return id;
+    };
+    const lending = this.#lending;
+    link.handle('admit', async (args, signal) => {
+      const { principalId, kind } = parse('admit', () => parseAdmit(args));
+      if (!this.#lease.isPermitted()) throw new PolicyError('lease_lost');
+      if (lending === undefined) return hold(await this.#admission.acquire(principalId, kind, signal));
+      let release = this.#admission.tryAcquire(principalId, kind);
+      if (release === undefined) {
+        // Not at once: the slots workers hold unused go back, and this request waits its turn for one.
+        lending.recall(kind);
+        release = await this.#admission.acquire(principalId, kind, signal);
+      }
+      const id = hold(release);
+      const lent = lending.lend(link, principalId, kind, hold);
+      return lent.length === 0 ? id : { id, lent };
+    });
+    link.handle('release', (args) => {
+      const id = parse('release', () => parseHeldId('release', args));
+      held.get(id)?.();
+      held.delete(id);
+      lending?.released(link, id);
+    });
+    if (lending)
+      link.handle(READY, (args) =>
+        lending.reported(
+          link,
+          parse(READY, () => parseReady(args)),
+        ),
+      );
   }
 
   /**
@@ -143,6 +189,7 @@ export class PolicyHost {
    */
   detach(link: Link): void {
     link.close();
+    this.#lending?.forget(link);
     const slots = this.#slots.get(link);
     this.#slots.delete(link);
     for (const release of slots?.values() ?? []) release();
@@ -158,9 +205,23 @@ export class PolicyHost {
     return held;
   }
 
+  /** Slots lent to workers that they hold unused (slot-lending.ts), by kind. */
+  lentReady(kind: 'download' | 'upload'): number {
+    return this.#lending?.ready(kind) ?? 0;
+  }
+
   snapshot(): PolicySnapshot {
+    const admission = this.#admission.snapshot();
+    const lending = this.#lending;
     return {
-      admission: this.#admission.snapshot(),
+      // Lent slots a worker holds unused are no transfers.
+      admission: lending
+        ? {
+            ...admission,
+            downloads: { ...admission.downloads, active: admission.downloads.active - lending.ready('download') },
+            uploads: { ...admission.uploads, active: admission.uploads.active - lending.ready('upload') },
+          }
+        : admission,
       download: this.#governors.download.snapshot(),
       upload: this.#governors.upload.snapshot(),
     };

@@ -35,7 +35,9 @@ import { createTransfers, governorCeilings, type Transfers, transfersReadiness }
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { askInstance } from './instance-reads.ts';
 import type { Link } from './link.ts';
-import type { AdmitRequest, HoldRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
+import type { AdmitAnswer, AdmitRequest, HoldRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
+import { ReadySlots } from './ready-slots.ts';
+import { READY, RECALL } from './slot-lending.ts';
 import { TakeWatch } from './take-watch.ts';
 
 export interface RemoteTransfers extends Transfers {
@@ -99,6 +101,34 @@ export function createRemoteTransfers(
       link.note(op, id);
     };
   };
+  // Slots the coordinating process lent beside an admission (slot-lending.ts): admitted here, no call.
+  const ready = new ReadySlots({
+    giveBack: (id) => link.note('release', id),
+    report: (counts) => link.note(READY, counts),
+    timers,
+  });
+  link.handle(RECALL, (kind) => {
+    if (kind !== 'download' && kind !== 'upload') return;
+    // After the microtasks already queued: an answer lending slots, read in the same batch just
+    // before this recall, adds them in its admission's continuation; they go back with the rest.
+    queueMicrotask(() => ready.recall(kind));
+  });
+  standing.onFenced(() => ready.close());
+  const giveBack = (answer: AdmitAnswer) => {
+    if (typeof answer === 'number') link.note('release', answer);
+    else for (const id of [answer.id, ...answer.lent]) link.note('release', id);
+  };
+  const tryReady = (principalId: string, kind: TransferKind): Release | undefined => {
+    if (closed || !standing.isPermitted()) return undefined;
+    const id = ready.take(principalId, kind);
+    if (id === undefined) return undefined;
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      ready.put(principalId, kind, id);
+    };
+  };
   return {
     ...base,
     local,
@@ -113,6 +143,8 @@ export function createRemoteTransfers(
     },
     async admit(principalId: string, kind: TransferKind, signal?: AbortSignal) {
       if (closed) throw new PolicyError('unavailable');
+      const now = tryReady(principalId, kind);
+      if (now) return now;
       const request: AdmitRequest = { principalId, kind };
       // Closing this worker refuses its waiting requests, like a process's own queue does.
       const waiting = new AbortController();
@@ -124,17 +156,19 @@ export function createRemoteTransfers(
         config.admission.waitMs + ADMISSION_DEADLINE_MARGIN_MS,
       );
       try {
-        // A slot granted while this request gave up is handed back at once.
-        const id = await link.call<number>('admit', request, waiting.signal, (late) => link.note('release', late));
-        return release(id);
+        // A slot granted while this request gave up is handed back at once, with any lent beside it.
+        const answer = await link.call<AdmitAnswer>('admit', request, waiting.signal, giveBack);
+        if (typeof answer === 'number') return release(answer);
+        ready.add(principalId, kind, answer.lent);
+        return release(answer.id);
       } finally {
         timers.clearTimeout(deadline);
         waits.delete(waiting);
         signal?.removeEventListener('abort', onAbort);
       }
     },
-    tryAdmit() {
-      return undefined;
+    tryAdmit(principalId: string, kind: TransferKind) {
+      return tryReady(principalId, kind);
     },
     async holdRepository(repository, max) {
       if (closed) throw new PolicyError('unavailable');
@@ -198,6 +232,7 @@ export function createRemoteTransfers(
     },
     close() {
       closed = true;
+      ready.close();
       watch.close();
       for (const waiting of waits) waiting.abort(new PolicyError('unavailable'));
       base.close();

@@ -94,6 +94,7 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
     admission,
     governors,
     lease: coordinator,
+    ...(lendsSlots(config) ? { lendTo: config.workers } : {}),
     ...(config.redisUrl ? {} : { counters: createMemoryCounterStore() }),
   });
   // The console's sign-in sessions are the instance's (the writer serves the console).
@@ -103,7 +104,8 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
   createGatewayMetrics({ registry });
   registerLeaseMetrics(registry, coordinator);
   registerBandwidthMetrics(registry, governors);
-  registerAdmissionMetrics(registry, admission);
+  // What the workers hold unused is no transfer (slot-lending.ts): the host's snapshot leaves it out.
+  registerAdmissionMetrics(registry, { snapshot: () => host.snapshot().admission }, (kind) => host.lentReady(kind));
   const code = await supervisor.run({
     registry,
     attach: (link) => {
@@ -118,4 +120,13 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
   // answers (proxy/server/close-steps.ts).
   await bounded(coordinator.close(), CLOSE_STEPS_MS, 'the lease connection', log);
   return code;
+}
+
+/**
+ * Whether the workers are lent admission slots (slot-lending.ts): not in the shared profile, where
+ * only this process knows whether the slot lease still permits a grant, and not when no request may
+ * wait, which a slot held unused by another worker would then refuse rather than delay.
+ */
+export function lendsSlots(config: Config): boolean {
+  return !config.shared && config.admission.waitMs > 0 && config.admission.queueLength > 0;
 }
