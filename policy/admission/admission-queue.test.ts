@@ -410,6 +410,8 @@ describe('AdmissionQueue', () => {
     queue.fence();
     expect(queue.spare('p', 'download')).toBe(0);
     expect(setup().queue.spare('p', 'upload')).toBe(1);
+    // An unknown kind has no slots, as tryAcquire admits none of it.
+    expect(setup().queue.spare('p', 'sideways' as TransferKind)).toBe(0);
     const closed = setup().queue;
     closed.close();
     expect(closed.spare('p', 'upload')).toBe(0);
