@@ -91,9 +91,9 @@ export class PolicyHost {
         sharedDownloads: this.#lease.snapshot(),
       }),
     );
-    this.#serveHeld(link, this.#holds, 'repository.hold', 'repository.release', (args) => {
+    this.#serveHeld(link, this.#holds, 'repository.hold', 'repository.release', (args, _signal, hold) => {
       const { repository, max } = parse('repository.hold', () => parseHold(args));
-      return this.#repositories.hold(repository, max);
+      return hold(this.#repositories.hold(repository, max));
     });
     link.handle('take', (args, signal) => {
       // The governor holds each take to its meter's quantum, at most the direction's; this bounds it first.
@@ -115,39 +115,33 @@ export class PolicyHost {
   }
 
   /**
-   * Serves `admit`, whose answer is the id under which the slot is kept (`AdmitAnswer` when slots are
-   * lent with it), `release`, which releases one id (once; an unknown id is a no-op), and the
-   * worker's report of the lent slots it holds unused.
+   * Serves `admit` and `release` (`#serveHeld`); an admission's answer is its slot's id, or
+   * `AdmitAnswer` when slots are lent with it. With lending, also the worker's report of the lent
+   * slots it holds unused.
    */
   #serveAdmission(link: Link, parse: <T>(op: string, parser: () => T) => T): void {
-    const held = new Map<number, Release>();
-    this.#slots.set(link, held);
-    const hold = (release: Release): number => {
-      const id = this.#nextId++;
-      held.set(id, release);
-      return id;
-    };
     const lending = this.#lending;
-    link.handle('admit', async (args, signal) => {
-      const { principalId, kind } = parse('admit', () => parseAdmit(args));
-      if (!this.#lease.isPermitted()) throw new PolicyError('lease_lost');
-      if (lending === undefined) return hold(await this.#admission.acquire(principalId, kind, signal));
-      let release = this.#admission.tryAcquire(principalId, kind);
-      if (release === undefined) {
-        // Not at once: the slots workers hold unused go back, and this request waits its turn for one.
-        lending.recall(kind);
-        release = await this.#admission.acquire(principalId, kind, signal);
-      }
-      const id = hold(release);
-      const lent = lending.lend(link, principalId, kind, hold);
-      return lent.length === 0 ? id : { id, lent };
-    });
-    link.handle('release', (args) => {
-      const id = parse('release', () => parseHeldId('release', args));
-      held.get(id)?.();
-      held.delete(id);
-      lending?.released(link, id);
-    });
+    this.#serveHeld(
+      link,
+      this.#slots,
+      'admit',
+      'release',
+      async (args, signal, hold) => {
+        const { principalId, kind } = parse('admit', () => parseAdmit(args));
+        if (!this.#lease.isPermitted()) throw new PolicyError('lease_lost');
+        if (lending === undefined) return hold(await this.#admission.acquire(principalId, kind, signal));
+        let release = this.#admission.tryAcquire(principalId, kind);
+        if (release === undefined) {
+          // Not at once: the slots workers hold unused go back, and this request waits its turn for one.
+          lending.recall(kind);
+          release = await this.#admission.acquire(principalId, kind, signal);
+        }
+        const id = hold(release);
+        const lent = lending.lend(link, principalId, kind, hold);
+        return lent.length === 0 ? id : { id, lent };
+      },
+      lending && ((id) => lending.released(link, id)),
+    );
     if (lending)
       link.handle(READY, (args) =>
         lending.reported(
@@ -158,28 +152,31 @@ export class PolicyHost {
   }
 
   /**
-   * Serves `op`, whose answer is the id under which what `acquire` holds for `link` is kept in
-   * `byLink`, and `releaseOp`, which releases that id (once; an unknown id is a no-op).
+   * Serves `op`, whose handler keeps what it acquires for `link` in `byLink` through `hold`, which
+   * gives the id its answer names, and `releaseOp`, which releases one id (once; an unknown id is a
+   * no-op) and tells `released`.
    */
   #serveHeld(
     link: Link,
     byLink: Map<Link, Map<number, Release>>,
     op: string,
     releaseOp: string,
-    acquire: (args: unknown, signal: AbortSignal) => Release | Promise<Release>,
+    answer: (args: unknown, signal: AbortSignal, hold: (release: Release) => number) => unknown,
+    released?: (id: number) => void,
   ): void {
     const held = new Map<number, Release>();
     byLink.set(link, held);
-    link.handle(op, async (args, signal) => {
-      const release = await acquire(args, signal);
+    const hold = (release: Release): number => {
       const id = this.#nextId++;
       held.set(id, release);
       return id;
-    });
+    };
+    link.handle(op, async (args, signal) => answer(args, signal, hold));
     link.handle(releaseOp, (args) => {
       const id = this.#checks.parse(link, releaseOp, () => parseHeldId(releaseOp, args));
       held.get(id)?.();
       held.delete(id);
+      released?.(id);
     });
   }
 
